@@ -1,0 +1,21 @@
+"""Errors raised by the detection core, each naming what was expected and what was found."""
+
+
+class DetectionError(Exception):
+    """Base class for every error the detection core raises."""
+
+
+class InvalidDetectionsError(DetectionError, ValueError):
+    """Arrays handed to `Detections` have the wrong shape, dtype or values."""
+
+
+class UnknownOutputLayoutError(DetectionError, ValueError):
+    """A model output whose shape matches no supported YOLO layout."""
+
+
+class ModelLoadError(DetectionError):
+    """A model file (or a delegate / engine it needs) could not be loaded."""
+
+
+class RuntimeUnavailableError(DetectionError):
+    """The runtime named in config is not installed on this machine."""
