@@ -24,7 +24,7 @@ def _check_shape(name: str, array: npt.NDArray[Any], expected: tuple[int, ...]) 
 
 @dataclass(frozen=True, eq=False)
 class Detections:
-    """Boxes of one frame: `xyxy (n,4)` pixels, `confidence (n,)`, `class_id (n,)`, `tracker_id (n,)`.
+    """Boxes of one frame: `xyxy (n,4)`, `confidence (n,)`, `class_id (n,)`, `tracker_id (n,)`.
 
     Arrays are converted to float32 / int64 and validated on creation; `tracker_id` is -1 where
     an object has no track yet.

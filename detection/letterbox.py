@@ -1,0 +1,93 @@
+"""Letterbox resize (keep aspect ratio, pad) and the inverse mapping of boxes to the source."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from detection.errors import DetectionError
+
+PAD_VALUE = 114  # YOLOv5's grey: the padding the models were trained with
+
+
+@dataclass(frozen=True)
+class LetterboxInfo:
+    """How a source frame was placed into the model input: `dst = src * scale + pad`."""
+
+    scale: float
+    pad_x: float
+    pad_y: float
+    source_shape: tuple[int, int]  # (h, w) of the source frame
+
+    def to_source(self, xyxy: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Map boxes from model-input pixels back to source-frame pixels, clipped to the frame."""
+        boxes = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
+        boxes[:, [0, 2]] = (boxes[:, [0, 2]] - self.pad_x) / self.scale
+        boxes[:, [1, 3]] = (boxes[:, [1, 3]] - self.pad_y) / self.scale
+        h, w = self.source_shape
+        boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, w)
+        boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, h)
+        return boxes
+
+    def to_input(self, xyxy: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Map boxes from source-frame pixels into model-input pixels."""
+        boxes = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).copy()
+        boxes[:, [0, 2]] = boxes[:, [0, 2]] * self.scale + self.pad_x
+        boxes[:, [1, 3]] = boxes[:, [1, 3]] * self.scale + self.pad_y
+        return boxes
+
+
+def _check_image(image: npt.NDArray[np.uint8]) -> None:
+    if not isinstance(image, np.ndarray):
+        raise DetectionError(f"image must be a numpy array, got {type(image).__name__}")
+    if image.dtype != np.uint8:
+        raise DetectionError(f"image must be uint8, got {image.dtype}")
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise DetectionError(f"image must have shape (H, W, 3), got {image.shape}")
+    if image.shape[0] == 0 or image.shape[1] == 0:
+        raise DetectionError(f"image must not be empty, got {image.shape}")
+
+
+def letterbox(
+    image: npt.NDArray[np.uint8], new_shape: tuple[int, int], color: int = PAD_VALUE
+) -> tuple[npt.NDArray[np.uint8], LetterboxInfo]:
+    """Resize `image` to fit `new_shape` (h, w) keeping its aspect ratio; pad the rest evenly."""
+    _check_image(image)
+    dst_h, dst_w = new_shape
+    if dst_h <= 0 or dst_w <= 0:
+        raise DetectionError(f"new_shape must be positive (h, w), got {new_shape}")
+    src_h, src_w = image.shape[:2]
+    scale = min(dst_h / src_h, dst_w / src_w)
+    new_w, new_h = round(src_w * scale), round(src_h * scale)
+    pad_x, pad_y = (dst_w - new_w) / 2, (dst_h - new_h) / 2
+    if (new_w, new_h) != (src_w, src_h):
+        interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
+        image = np.asarray(
+            cv2.resize(image, (new_w, new_h), interpolation=interpolation), dtype=np.uint8
+        )
+    top, left = round(pad_y - 0.1), round(pad_x - 0.1)
+    bottom, right = dst_h - new_h - top, dst_w - new_w - left
+    out = cv2.copyMakeBorder(
+        image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(color, color, color)
+    )
+    return np.asarray(out, dtype=np.uint8), LetterboxInfo(scale, left, top, (src_h, src_w))
+
+
+def letterbox_batch(
+    images: Sequence[npt.NDArray[np.uint8]], new_shape: tuple[int, int]
+) -> tuple[npt.NDArray[np.float32], list[LetterboxInfo]]:
+    """Letterbox BGR frames into one float32 RGB batch `(B, 3, h, w)` scaled to 0..1."""
+    if len(images) == 0:
+        raise DetectionError("letterbox_batch needs at least one image")
+    batch = np.empty((len(images), 3, *new_shape), dtype=np.float32)
+    infos: list[LetterboxInfo] = []
+    for i, image in enumerate(images):
+        boxed, info = letterbox(image, new_shape)
+        # BGR HWC uint8 -> RGB CHW float 0..1
+        batch[i] = boxed[:, :, ::-1].transpose(2, 0, 1) * np.float32(1 / 255)
+        infos.append(info)
+    return batch, infos
