@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from configkit.base import StrictModel
+from configkit.common import MetricsConfig
+from configkit.yaml_loader import config_error_at
+from detection.config import DetectorConfig
+from detection.runtimes.config import TensorRTConfig
 
 
 class TlsConfig(StrictModel):
@@ -43,7 +48,10 @@ class ServerConfig(StrictModel):
         default=30_000, ge=1000, le=3_600_000, description="Ping an idle connection this often."
     )
     keepalive_timeout_ms: int = Field(
-        default=10_000, ge=100, le=600_000, description="Drop the connection if a ping is unanswered."
+        default=10_000,
+        ge=100,
+        le=600_000,
+        description="Drop the connection if a ping is unanswered.",
     )
     grace_period_s: float = Field(
         default=10.0, ge=0.0, le=600.0, description="Drain time for in-flight work on shutdown."
@@ -55,3 +63,131 @@ class ServerConfig(StrictModel):
         description="Environment variable holding comma-separated bearer tokens; none: no auth.",
     )
     reflection: bool = Field(default=True, description="Serve gRPC server reflection.")
+
+
+class BatchingConfig(StrictModel):
+    """Dynamic batcher: how large a batch may grow and how long a frame may wait for one."""
+
+    max_batch_size: int = Field(default=16, ge=1, le=256, description="Largest batch run at once.")
+    preferred_batch_sizes: list[int] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Batch sizes to prefer (engine profiles), increasing; empty: any size.",
+    )
+    max_queue_delay_ms: float = Field(
+        default=5.0, ge=0.0, le=1_000.0, description="Longest a frame waits for a fuller batch."
+    )
+    max_queue_frames: int = Field(
+        default=1_024,
+        ge=1,
+        le=1_000_000,
+        description="Frames queued across all streams; beyond it: RESOURCE_EXHAUSTED.",
+    )
+    per_stream_queue_frames: int = Field(
+        default=64,
+        ge=1,
+        le=1_000_000,
+        description="Frames queued per stream, so one busy camera cannot starve the others.",
+    )
+    default_deadline_ms: int = Field(
+        default=1_000,
+        ge=1,
+        le=600_000,
+        description="Deadline of a frame whose request carries none; late frames are dropped.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        sizes = self.preferred_batch_sizes
+        for index, size in enumerate(sizes):
+            if not 1 <= size <= self.max_batch_size:
+                raise config_error_at(
+                    ("preferred_batch_sizes", index),
+                    f"preferred batch size {size} is outside 1..max_batch_size "
+                    f"({self.max_batch_size})",
+                )
+            if index and size <= sizes[index - 1]:
+                raise config_error_at(
+                    ("preferred_batch_sizes", index),
+                    "preferred_batch_sizes must be strictly increasing",
+                )
+        if self.per_stream_queue_frames > self.max_queue_frames:
+            raise config_error_at(
+                ("per_stream_queue_frames",),
+                f"per_stream_queue_frames ({self.per_stream_queue_frames}) exceeds "
+                f"max_queue_frames ({self.max_queue_frames})",
+            )
+        return self
+
+
+class DecoderConfig(StrictModel):
+    """JPEG decoding of incoming frames: batched NVJPEG on the GPU or a CPU codec."""
+
+    type: Literal["cpu", "nvjpeg"] = Field(
+        default="cpu", description="`nvjpeg` decodes on the GPU; `cpu` is the fallback."
+    )
+    threads: int = Field(default=4, ge=1, le=256, description="Decoder threads (CPU codec).")
+    max_image_pixels: int = Field(
+        default=3840 * 2160,
+        ge=1,
+        le=100_000_000,
+        description="Reject frames larger than this (width x height), before decoding them.",
+    )
+    max_jpeg_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1_024,
+        le=256 * 1024 * 1024,
+        description="Largest JPEG accepted.",
+    )
+
+
+class CloudServiceConfig(StrictModel):
+    """Config of one cloud service replica: gRPC server, batching, decoding, engine, metrics."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig, description="gRPC listener.")
+    batching: BatchingConfig = Field(
+        default_factory=BatchingConfig, description="Dynamic batching across streams."
+    )
+    decoder: DecoderConfig = Field(default_factory=DecoderConfig, description="JPEG decoding.")
+    engine: DetectorConfig = Field(description="The cloud detector (large model).")
+    model_name: str = Field(
+        default="yolov5x",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Model name reported with every answer.",
+    )
+    model_version: str = Field(
+        default="1",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$",
+        description="Model version reported with every answer.",
+    )
+    metrics: MetricsConfig = Field(
+        default_factory=lambda: MetricsConfig(listen_port=9109),
+        description="Prometheus metrics endpoint.",
+    )
+
+    @model_validator(mode="after")
+    def _check_across_sections(self) -> Self:
+        runtime = self.engine.runtime
+        if isinstance(runtime, TensorRTConfig) and self.batching.max_batch_size > (
+            runtime.max_batch_size
+        ):
+            raise config_error_at(
+                ("batching", "max_batch_size"),
+                f"batching.max_batch_size ({self.batching.max_batch_size}) exceeds the engine's "
+                f"engine.runtime.max_batch_size ({runtime.max_batch_size})",
+            )
+        if self.decoder.max_jpeg_bytes > self.server.max_receive_message_bytes:
+            raise config_error_at(
+                ("decoder", "max_jpeg_bytes"),
+                f"decoder.max_jpeg_bytes ({self.decoder.max_jpeg_bytes}) exceeds "
+                f"server.max_receive_message_bytes ({self.server.max_receive_message_bytes})",
+            )
+        return self
+
+    def summary(self) -> str:
+        """One line for `validate-config`."""
+        return (
+            f"model {self.model_name}:{self.model_version} on {self.engine.runtime.type}, "
+            f"decoder {self.decoder.type}, max batch {self.batching.max_batch_size}, "
+            f"listening on {self.server.listen_address}"
+        )

@@ -1,0 +1,80 @@
+"""`rules:` of a camera — what turns tracks into alert events; one model per `kind`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from configkit.base import StrictModel
+from edge_agent.config.agent import NAME_PATTERN
+
+
+class RuleBase(StrictModel):
+    """Fields every rule has: name, which objects it looks at, and how often it may fire."""
+
+    name: str = Field(
+        pattern=NAME_PATTERN, description="Rule name, unique on its camera; part of the event id."
+    )
+    classes: list[str] = Field(
+        default_factory=list,
+        description="Class names the rule applies to (from `detector.class_names`); empty: all.",
+    )
+    min_confidence: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Ignore tracks whose confidence is lower."
+    )
+    cooldown_s: float = Field(
+        default=5.0,
+        ge=0.0,
+        le=86_400.0,
+        description="Least time between two events of the rule (per object; per zone: occupancy).",
+    )
+
+
+class ZoneEnterRule(RuleBase):
+    """An object enters a zone."""
+
+    kind: Literal["zone_enter"] = "zone_enter"
+    zone: str = Field(description="Name of a zone on this camera.")
+
+
+class ZoneExitRule(RuleBase):
+    """An object leaves a zone."""
+
+    kind: Literal["zone_exit"] = "zone_exit"
+    zone: str = Field(description="Name of a zone on this camera.")
+
+
+class ZoneOccupancyRule(RuleBase):
+    """The number of matching objects in a zone reaches a threshold (event lasts while it holds)."""
+
+    kind: Literal["zone_occupancy"] = "zone_occupancy"
+    zone: str = Field(description="Name of a zone on this camera.")
+    min_objects: int = Field(
+        ge=1, le=10_000, description="Fire when at least this many matching objects are inside."
+    )
+
+
+class LineCrossRule(RuleBase):
+    """An object crosses a line."""
+
+    kind: Literal["line_cross"] = "line_cross"
+    line: str = Field(description="Name of a line on this camera.")
+    direction: Literal["in", "out", "both"] = Field(
+        default="both", description="Which crossings count, relative to the line's `in_side`."
+    )
+
+
+class LoiterRule(RuleBase):
+    """An object stays in a zone longer than a dwell time."""
+
+    kind: Literal["loiter"] = "loiter"
+    zone: str = Field(description="Name of a zone on this camera.")
+    dwell_s: float = Field(gt=0.0, le=86_400.0, description="Time inside the zone before firing.")
+
+
+RuleConfig = Annotated[
+    ZoneEnterRule | ZoneExitRule | ZoneOccupancyRule | LineCrossRule | LoiterRule,
+    Field(discriminator="kind"),
+]
+"""Any rule, told apart by its `kind`."""

@@ -1,0 +1,56 @@
+"""`tracker:` — DeepSORT per camera: track life cycle, matching gates, appearance embedder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from configkit.base import StrictModel
+from configkit.yaml_loader import config_error_at
+
+
+class TrackerConfig(StrictModel):
+    """DeepSORT settings, shared by the trackers of all cameras."""
+
+    max_age_frames: int = Field(
+        default=30, ge=1, le=10_000, description="Delete a track unmatched for this many frames."
+    )
+    n_init: int = Field(
+        default=3, ge=1, le=100, description="Matches in a row before a track is confirmed."
+    )
+    max_iou_distance: float = Field(
+        default=0.7, ge=0.0, le=1.0, description="Largest 1 - IoU accepted in the IoU match."
+    )
+    max_cosine_distance: float = Field(
+        default=0.2, ge=0.0, le=2.0, description="Largest appearance distance accepted."
+    )
+    gallery_size: int = Field(
+        default=100, ge=1, le=10_000, description="Appearance features kept per track."
+    )
+    embedder: Literal["mobilenetv2", "histogram", "none"] = Field(
+        default="histogram",
+        description="Appearance features: MobileNetV2, colour histograms, or none (IoU only).",
+    )
+    embedder_model_path: Path | None = Field(
+        default=None, description="Model file of the `mobilenetv2` embedder."
+    )
+    low_score_threshold: float | None = Field(
+        default=None,
+        ge=0.0,
+        lt=1.0,
+        description=(
+            "Second pass (ByteTrack): detections scoring at least this but below "
+            "`detector.confidence_threshold` are matched to tracks left unmatched; they never "
+            "start a track. Null turns the second pass off."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check_embedder(self) -> Self:
+        if self.embedder == "mobilenetv2" and self.embedder_model_path is None:
+            raise config_error_at(
+                ("embedder",), "the mobilenetv2 embedder needs `embedder_model_path`"
+            )
+        return self
