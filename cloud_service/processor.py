@@ -1,0 +1,141 @@
+"""`DetectorFrameProcessor`: decode, check deadlines and run a detector on a batch of requests."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+
+from cloud_service.convert import detections_to_proto, status_to_proto, timestamp_to_seconds
+from cloud_service.frames import FrameRejected, PreparedFrame, prepare_frame
+from cloud_service.jpeg import BgrImage, JpegDecoder, JpegLimits, default_jpeg_decoder
+from detection.detections import Detections
+from protos.analytics.v1 import analytics_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+
+class BatchDetector(Protocol):
+    """Anything that detects objects on a batch of BGR images (boxes in each image's pixels)."""
+
+    def detect(self, images: Sequence[BgrImage]) -> list[Detections]:
+        """One `Detections` per image, in order."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the results report about the model: name, version and class names by class id."""
+
+    name: str
+    version: str
+    class_names: tuple[str, ...] = field(default=())
+
+
+def empty_result(request: pb.FrameRequest) -> pb.FrameResult:
+    """A result echoing the identity fields of `request`, status OK, nothing else set."""
+    result = pb.FrameResult(
+        agent_id=request.agent_id,
+        camera_id=request.camera_id,
+        frame_id=request.frame_id,
+        request_id=request.request_id,
+        status=status_to_proto(grpc.StatusCode.OK),
+    )
+    if request.HasField("capture_time"):
+        result.capture_time.CopyFrom(request.capture_time)
+    return result
+
+
+def error_result(request: pb.FrameRequest, code: grpc.StatusCode, message: str) -> pb.FrameResult:
+    """A result for `request` carrying a per-frame error status."""
+    result = empty_result(request)
+    result.status.CopyFrom(status_to_proto(code, message))
+    return result
+
+
+class DetectorFrameProcessor:
+    """Processes a batch of requests with one detector call; one result per request, in order.
+
+    Frames past their deadline get DEADLINE_EXCEEDED and are neither decoded nor detected; frames
+    with bad JPEG or regions get INVALID_ARGUMENT; a detector failure gives INTERNAL to the frames
+    of that call only. Deadlines are wall-clock (`clock`, default `time.time`).
+    """
+
+    def __init__(
+        self,
+        detector: BatchDetector,
+        model: ModelInfo,
+        *,
+        decoder: JpegDecoder | None = None,
+        limits: JpegLimits | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._detector = detector
+        self._model = model
+        self._decoder = decoder if decoder is not None else default_jpeg_decoder()
+        self._limits = limits if limits is not None else JpegLimits()
+        self._clock = clock
+
+    def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
+        """Decode, detect and build one `FrameResult` per request (same order)."""
+        started = time.perf_counter()
+        results = [empty_result(request) for request in requests]
+        prepared: dict[int, PreparedFrame] = {}
+        now = self._clock()
+        for index, request in enumerate(requests):
+            if request.HasField("deadline") and timestamp_to_seconds(request.deadline) <= now:
+                self._reject(results[index], grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed")
+                continue
+            try:
+                prepared[index] = prepare_frame(request, self._decoder, self._limits)
+            except FrameRejected as exc:
+                self._reject(results[index], exc.code, exc.message)
+        inference_ms = self._detect(prepared, results)
+        total_ms = (time.perf_counter() - started) * 1000.0
+        for index, result in enumerate(results):
+            frame = prepared.get(index)
+            result.timings.decode_time_ms = frame.decode_time_ms if frame else 0.0
+            result.timings.inference_time_ms = inference_ms if frame else 0.0
+            result.timings.total_time_ms = total_ms
+        return results
+
+    def _reject(self, result: pb.FrameResult, code: grpc.StatusCode, message: str) -> None:
+        logger.debug(
+            "frame %s/%s rejected: %s %s", result.camera_id, result.frame_id, code.name, message
+        )
+        result.status.CopyFrom(status_to_proto(code, message))
+
+    def _detect(self, prepared: dict[int, PreparedFrame], results: list[pb.FrameResult]) -> float:
+        """Run the detector once on all images of `prepared`; fill results; return its time."""
+        images = [image for frame in prepared.values() for image in frame.images]
+        if not images:
+            return 0.0
+        started = time.perf_counter()
+        try:
+            found = self._detector.detect(images)
+            if len(found) != len(images):
+                raise RuntimeError(
+                    f"detector returned {len(found)} results for {len(images)} images"
+                )
+        except Exception:
+            logger.exception("detector failed on a batch of %s images", len(images))
+            for index in prepared:
+                self._reject(results[index], grpc.StatusCode.INTERNAL, "detector failed")
+            return (time.perf_counter() - started) * 1000.0
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        cursor = 0
+        for index, frame in prepared.items():
+            result = results[index]
+            for image_index, mapping in enumerate(frame.mappings):
+                boxes = frame.to_source(image_index, found[cursor])
+                cursor += 1
+                result.detections.extend(
+                    detections_to_proto(boxes, self._model.class_names, mapping.region_index)
+                )
+            result.model_name = self._model.name
+            result.model_version = self._model.version
+        return elapsed_ms

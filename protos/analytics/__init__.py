@@ -1,0 +1,1 @@
+"""Protocol buffers of the analytics API (generated code lives beside each `.proto`)."""

@@ -1,0 +1,1 @@
+"""analytics.v1: the edge-to-cloud inference contract (`analytics.proto`)."""

@@ -1,0 +1,197 @@
+"""The server through real gRPC on loopback: unary, stream, health, reflection, limits, shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections import Counter
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from cloud_service.config import ServerConfig
+from cloud_service.processor import DetectorFrameProcessor
+from cloud_service.server import SERVICE_NAME, ServerBindError, create_server, serve_until_signalled
+from cloud_service.servicer import InferenceServicer
+from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
+from tests.fixtures.grpc_server import (
+    FAKE_MODEL,
+    FakeDetector,
+    RunningServer,
+    ServerFactory,
+    make_jpeg,
+    make_request,
+)
+
+RPC_TIMEOUT_S = 10.0
+OK = grpc.StatusCode.OK.value[0]
+
+
+def test_unary_returns_detections_in_source_pixels(inference_stub: InferenceServiceStub) -> None:
+    request = make_request(
+        "cam-7", 42, jpeg=make_jpeg(160, 120), original_width=320, original_height=240
+    )
+    request.capture_time.FromSeconds(1_700_000_000)
+
+    result = inference_stub.DetectFrame(request, timeout=RPC_TIMEOUT_S)
+
+    assert result.status.code == OK, result.status.message
+    assert (result.agent_id, result.camera_id, result.frame_id) == ("agent-1", "cam-7", 42)
+    assert result.request_id == "cam-7/42"
+    assert result.capture_time.seconds == 1_700_000_000
+    assert (result.model_name, result.model_version) == (FAKE_MODEL.name, FAKE_MODEL.version)
+    # The fake's first box (10, 20, 50, 80) on a 2x downscaled JPEG.
+    first = result.detections[0]
+    assert (first.x1, first.y1, first.x2, first.y2) == (20.0, 40.0, 100.0, 160.0)
+    assert [d.class_name for d in result.detections] == ["person", "car"]
+    assert not first.HasField("region_index")
+    assert result.timings.total_time_ms >= result.timings.inference_time_ms > 0.0
+
+
+def test_stream_interleaved_cameras_get_exactly_one_result_per_frame(
+    inference_stub: InferenceServiceStub,
+) -> None:
+    cameras = ("cam-a", "cam-b", "cam-c")
+    frames_per_camera = 12
+    jpeg = make_jpeg()
+    requests = [
+        make_request(camera, frame, jpeg=jpeg)
+        for frame in range(frames_per_camera)
+        for camera in cameras
+    ]
+
+    results = list(inference_stub.StreamFrames(iter(requests), timeout=RPC_TIMEOUT_S))
+
+    keys = Counter((r.camera_id, r.frame_id) for r in results)
+    assert keys == Counter((r.camera_id, r.frame_id) for r in requests)
+    assert all(r.status.code == OK and len(r.detections) == 2 for r in results)
+
+
+def test_stream_with_no_frames_ends_cleanly(inference_stub: InferenceServiceStub) -> None:
+    assert list(inference_stub.StreamFrames(iter([]), timeout=RPC_TIMEOUT_S)) == []
+
+
+def test_stream_batches_frames_up_to_the_limit(grpc_server_factory: ServerFactory) -> None:
+    detector = FakeDetector()
+    running = grpc_server_factory(
+        DetectorFrameProcessor(detector, FAKE_MODEL),
+        servicer_kwargs={"max_stream_batch_frames": 3},
+    )
+    requests = [make_request("cam", i) for i in range(20)]
+
+    results = list(running.stub.StreamFrames(iter(requests), timeout=RPC_TIMEOUT_S))
+
+    assert len(results) == 20
+    assert all(1 <= len(call) <= 3 for call in detector.calls)
+    assert detector.images_seen == 20
+
+
+@pytest.mark.parametrize("service", ["", SERVICE_NAME])
+def test_health_is_serving(inference_server: RunningServer, service: str) -> None:
+    health = health_pb2_grpc.HealthStub(inference_server.channel)
+
+    response = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=RPC_TIMEOUT_S)
+
+    assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_health_of_an_unknown_service_is_not_found(inference_server: RunningServer) -> None:
+    health = health_pb2_grpc.HealthStub(inference_server.channel)
+
+    with pytest.raises(grpc.RpcError) as caught:
+        health.Check(health_pb2.HealthCheckRequest(service="nope.v1.X"), timeout=RPC_TIMEOUT_S)
+
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_health_turns_not_serving_when_stop_starts(
+    grpc_server_factory: ServerFactory, fake_detector: FakeDetector
+) -> None:
+    running = grpc_server_factory(DetectorFrameProcessor(fake_detector, FAKE_MODEL))
+    health = health_pb2_grpc.HealthStub(running.channel)
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=RPC_TIMEOUT_S)
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+
+    stopped = running.server.stop(grace=2.0)
+
+    assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    watch.cancel()
+    assert stopped.wait(timeout=RPC_TIMEOUT_S)
+
+
+def test_reflection_lists_the_service(grpc_server_factory: ServerFactory) -> None:
+    running = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL))
+    database = ProtoReflectionDescriptorDatabase(running.channel)
+
+    services = database.get_services()
+
+    assert SERVICE_NAME in services
+    assert "grpc.health.v1.Health" in services
+    found = database.FindFileContainingSymbol("analytics.v1.FrameRequest")
+    assert found.package == "analytics.v1"
+
+
+def test_reflection_off(grpc_server_factory: ServerFactory) -> None:
+    config = ServerConfig(listen_address="127.0.0.1:0", reflection=False)
+    running = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL), config)
+
+    with pytest.raises(grpc.RpcError) as caught:
+        ProtoReflectionDescriptorDatabase(running.channel).get_services()
+
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_message_too_large_is_resource_exhausted(grpc_server_factory: ServerFactory) -> None:
+    config = ServerConfig(listen_address="127.0.0.1:0", max_receive_message_bytes=16 * 1024)
+    running = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL), config)
+    request = make_request(jpeg=make_jpeg(320, 240, quality=95))
+    assert request.ByteSize() > 16 * 1024
+
+    with pytest.raises(grpc.RpcError) as caught:
+        running.stub.DetectFrame(request, timeout=RPC_TIMEOUT_S)
+
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_binding_a_port_in_use_fails(grpc_server_factory: ServerFactory) -> None:
+    running = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL))
+    config = ServerConfig(listen_address=f"127.0.0.1:{running.port}")
+    servicer = InferenceServicer(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL))
+
+    with pytest.raises(ServerBindError, match=str(running.port)):
+        create_server(config, servicer)
+
+
+def test_serve_until_signalled_drains_on_sigterm() -> None:
+    config = ServerConfig(listen_address="127.0.0.1:0")
+    server, port = create_server(
+        config, InferenceServicer(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL))
+    )
+    previous = signal.getsignal(signal.SIGTERM)
+    answered: list[pb.FrameResult] = []
+
+    def call_then_signal() -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = InferenceServiceStub(channel)
+            answered.append(
+                stub.DetectFrame(make_request(), timeout=RPC_TIMEOUT_S, wait_for_ready=True)
+            )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    caller = threading.Thread(target=call_then_signal)
+    caller.start()
+    serve_until_signalled(server, grace_period_s=0.5)
+    caller.join(timeout=RPC_TIMEOUT_S)
+
+    assert len(answered) == 1 and answered[0].status.code == OK
+    assert signal.getsignal(signal.SIGTERM) == previous
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            InferenceServiceStub(channel).DetectFrame(make_request(), timeout=1.0)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE

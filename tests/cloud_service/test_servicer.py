@@ -1,0 +1,79 @@
+"""`InferenceServicer`: exactly one result per frame even when the processor misbehaves."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+
+import grpc
+import pytest
+
+from cloud_service.processor import empty_result
+from cloud_service.servicer import InferenceServicer
+from protos.analytics.v1 import analytics_pb2 as pb
+from tests.fixtures.grpc_server import ServerFactory, make_request
+
+RPC_TIMEOUT_S = 10.0
+INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+
+
+class _Misbehaving:
+    """Raises (mode "raise") or returns one result too few (mode "short")."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.calls = 0
+
+    def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
+        self.calls += 1
+        if self.mode == "raise":
+            raise RuntimeError("boom")
+        return [empty_result(r) for r in requests][:-1]
+
+
+@pytest.mark.parametrize("mode", ["raise", "short"])
+def test_processor_failures_become_internal_results(
+    grpc_server_factory: ServerFactory, mode: str
+) -> None:
+    running = grpc_server_factory(_Misbehaving(mode))
+    requests = [make_request(f"cam-{i % 2}", i, jpeg=b"") for i in range(6)]
+
+    unary = running.stub.DetectFrame(requests[0], timeout=RPC_TIMEOUT_S)
+    streamed = list(running.stub.StreamFrames(iter(requests), timeout=RPC_TIMEOUT_S))
+
+    assert unary.status.code == INTERNAL
+    assert sorted(r.frame_id for r in streamed) == list(range(6))
+    assert {r.status.code for r in streamed} == {INTERNAL}
+
+
+class _Echo:
+    def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
+        return [empty_result(r) for r in requests]
+
+
+def test_results_flow_before_the_client_half_closes(grpc_server_factory: ServerFactory) -> None:
+    running = grpc_server_factory(_Echo())
+    release = threading.Event()
+
+    def frames() -> Iterator[pb.FrameRequest]:
+        yield make_request("cam", 1, jpeg=b"")
+        yield make_request("cam", 2, jpeg=b"")
+        release.wait(RPC_TIMEOUT_S)  # keep the request side open
+
+    call = running.stub.StreamFrames(frames(), timeout=RPC_TIMEOUT_S)
+    try:
+        first, second = next(call), next(call)
+        call.cancel()
+    finally:
+        release.set()
+
+    assert [first.frame_id, second.frame_id] == [1, 2]
+    assert call.code() == grpc.StatusCode.CANCELLED
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_stream_batch_frames": 0}, {"max_stream_backlog_frames": 0}]
+)
+def test_servicer_validates_limits(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        InferenceServicer(_Echo(), **kwargs)
