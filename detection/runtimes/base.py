@@ -49,7 +49,7 @@ class Runtime(Protocol):
 RuntimeFactory = Callable[[Any], Runtime]
 
 _FACTORIES: dict[str, RuntimeFactory] = {}
-# type name -> module that registers it; imported lazily so a missing backend never breaks the others
+# type name -> module that registers it; imported lazily: a missing backend never breaks others
 _BUILTIN_MODULES: dict[str, str] = {
     "onnxruntime": "detection.runtimes.onnx",
     "litert": "detection.runtimes.litert",
@@ -85,7 +85,7 @@ def available_runtimes() -> list[str]:
 
 
 def create_runtime(config: Any) -> Runtime:
-    """Build the runtime named by `config.type` (a config model from `detection.runtimes.config`)."""
+    """Build the runtime named by `config.type` (a model from `detection.runtimes.config`)."""
     type_name: str = config.type
     _load_builtin(type_name)
     factory = _FACTORIES.get(type_name)

@@ -1,0 +1,152 @@
+"""Export YOLO models (an ultralytics YAML name or a user `.pt`) to ONNX and INT8 TFLite.
+
+Ultralytics and torch come from the `tools` extra and are imported inside the functions, so the
+runtime packages never need them. Exports run offline: no weight or package downloads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from detection.errors import DetectionError
+
+logger = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp"})
+ImageSize = int | tuple[int, int]
+
+
+class ExportError(DetectionError):
+    """A model could not be built or exported."""
+
+
+def _offline_environment() -> None:
+    """Keep ultralytics from reaching the network or installing packages (set before import)."""
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    os.environ.setdefault("YOLO_AUTOINSTALL", "0")
+    if "YOLO_CONFIG_DIR" not in os.environ:
+        os.environ["YOLO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="yolo-config-")
+
+
+def _unambiguous_weights(path: Path) -> Path:
+    """`path`, or a link to it whose name ultralytics will not swap for a `...u.pt` download."""
+    from ultralytics.utils.checks import check_yolov5u_filename
+
+    if check_yolov5u_filename(str(path), verbose=False) == str(path):
+        return path
+    link = Path(tempfile.mkdtemp(prefix="yolo-weights-")) / f"{path.stem}_weights.pt"
+    link.symlink_to(path.resolve())
+    return link
+
+
+def build_model(spec: str, seed: int = 0) -> Any:
+    """An ultralytics `YOLO` model from a YAML name (`yolov5s.yaml`, random weights) or `.pt` file.
+
+    `seed` fixes the random initial weights of YAML-built models, so builds are reproducible.
+    """
+    _offline_environment()
+    import torch
+    from ultralytics.models import YOLO
+
+    if spec.endswith(".pt") and not Path(spec).is_file():
+        raise ExportError(f"model weights file not found: {spec}")
+    if not spec.endswith((".pt", ".yaml", ".yml")):
+        raise ExportError(f"model spec must be a .yaml name or a .pt file, got {spec!r}")
+    torch.manual_seed(seed)
+    source = str(_unambiguous_weights(Path(spec))) if spec.endswith(".pt") else spec
+    try:
+        return YOLO(source, task="detect")
+    except (FileNotFoundError, OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise ExportError(f"cannot build model {spec!r}: {exc}") from exc
+
+
+def _checkpoint(spec: str, out_dir: Path, seed: int) -> Path:
+    """Save the built model into `out_dir` so the export lands there (ultralytics writes beside)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = build_model(spec, seed)
+    path = out_dir / f"{Path(spec).stem}_source.pt"  # not `yolov5s.pt`: see _unambiguous_weights
+    model.save(path)
+    return path
+
+
+def _produced(result: Any, out_dir: Path, suffix: str, name: str) -> Path:
+    """Move the exported file (the path ultralytics returned, else the newest `suffix` file in
+    `out_dir`) to `out_dir / name`."""
+    if result and Path(str(result)).is_file():
+        found = Path(str(result))
+    else:
+        candidates = sorted(out_dir.glob(f"*{suffix}"), key=lambda p: p.stat().st_mtime)
+        if not candidates:
+            raise ExportError(f"export reported {result!r} but no {suffix} file is in {out_dir}")
+        found = candidates[-1]
+    return found.replace(out_dir / name).resolve()
+
+
+def export_onnx(
+    spec: str, out_dir: Path, imgsz: ImageSize, dynamic: bool = True, opset: int = 17, seed: int = 0
+) -> Path:
+    """Export to ONNX (float32, NCHW, dynamic batch and size when `dynamic`); returns its path."""
+    from ultralytics.models import YOLO
+
+    start = time.perf_counter()
+    checkpoint = _checkpoint(spec, out_dir, seed)
+    try:
+        result = YOLO(str(checkpoint), task="detect").export(
+            format="onnx", imgsz=imgsz, dynamic=dynamic, opset=opset, device="cpu"
+        )
+    except Exception as exc:  # ultralytics and torch.onnx raise many unrelated types
+        raise ExportError(f"ONNX export of {spec!r} failed: {exc}") from exc
+    path = _produced(result, out_dir, ".onnx", f"{Path(spec).stem}.onnx")
+    logger.info("exported %s to %s in %.1f s", spec, path, time.perf_counter() - start)
+    return path
+
+
+def _calibration_images(calibration_dir: Path) -> list[Path]:
+    if not calibration_dir.is_dir():
+        raise ExportError(f"calibration folder not found: {calibration_dir}")
+    images = [p for p in calibration_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES]
+    if not images:
+        raise ExportError(
+            f"calibration folder {calibration_dir} holds no images ({sorted(IMAGE_SUFFIXES)})"
+        )
+    return images
+
+
+def _calibration_yaml(calibration_dir: Path, out_dir: Path, names: dict[int, str]) -> Path:
+    images = _calibration_images(calibration_dir)
+    folder = calibration_dir.resolve()
+    lines = [f"path: {folder}", f"train: {folder}", f"val: {folder}", "names:"]
+    lines += [f"  {i}: {name!r}" for i, name in sorted(names.items())]
+    path = out_dir / "calibration.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    logger.info("INT8 calibration on %s images from %s", len(images), folder)
+    return path
+
+
+def export_tflite_int8(
+    spec: str, out_dir: Path, imgsz: ImageSize, calibration_dir: Path, seed: int = 0
+) -> Path:
+    """Export to an INT8 `.tflite` calibrated on the images in `calibration_dir`; returns its path.
+
+    Uses litert-torch and ai-edge-quantizer: float32 NCHW input, float32 output with boxes
+    normalised to 0..1, int8 inside.
+    """
+    from ultralytics.models import YOLO
+
+    start = time.perf_counter()
+    _calibration_images(calibration_dir)  # fail before the slow part
+    checkpoint = _checkpoint(spec, out_dir, seed)
+    model = YOLO(str(checkpoint), task="detect")
+    data = _calibration_yaml(calibration_dir, out_dir, dict(model.names))
+    try:
+        result = model.export(format="tflite", int8=True, imgsz=imgsz, data=str(data), device="cpu")
+    except Exception as exc:  # ultralytics, litert-torch and the quantizer raise many types
+        raise ExportError(f"INT8 TFLite export of {spec!r} failed: {exc}") from exc
+    path = _produced(result, out_dir, ".tflite", f"{Path(spec).stem}_int8.tflite")
+    logger.info("exported %s to %s in %.1f s", spec, path, time.perf_counter() - start)
+    return path

@@ -1,0 +1,270 @@
+"""Detector: config validation, the pipeline on a scripted runtime, real YOLOv5s end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from detection.config import DetectorConfig
+from detection.detections import Detections
+from detection.detector import Detector, InvalidImageError, ModelConfigError
+from detection.letterbox import letterbox_batch
+from detection.nms import box_iou
+from detection.runtimes.base import InputSpec
+from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
+
+INPUT = 64  # scripted model input side
+NUM_CLASSES = 3
+
+
+class ScriptedRuntime:
+    """A `Runtime` that returns fixed anchor-free rows `(cx, cy, w, h, scores...)` per image."""
+
+    name = "scripted"
+
+    def __init__(self, rows: list[list[float]], spec: InputSpec | None = None) -> None:
+        self.rows = np.asarray(rows, np.float32)
+        self._spec = spec or InputSpec(INPUT, INPUT, "NCHW", None)
+        self.batches: list[int] = []
+        self.closed = False
+
+    @property
+    def input_spec(self) -> InputSpec:
+        return self._spec
+
+    def infer(self, images: np.ndarray[Any, np.dtype[np.float32]]) -> Any:
+        self.batches.append(images.shape[0])
+        return np.repeat(self.rows.T[None], images.shape[0], axis=0)  # (B, 4+C, N)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _config(**overrides: Any) -> DetectorConfig:
+    """Config for the scripted runtime: naming its 3 classes settles the tiny output's layout."""
+    overrides.setdefault("class_names", ["a", "b", "c"])
+    return DetectorConfig(runtime=OnnxRuntimeConfig(model_path=Path("unused.onnx")), **overrides)
+
+
+def _frame(h: int = 100, w: int = 200) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    return np.full((h, w, 3), 50, np.uint8)
+
+
+# A 200x100 frame letterboxes into 64x64 with scale 0.32 and 16 px of padding top and bottom.
+BOX = [32.0, 32.0, 32.0, 16.0]  # cx, cy, w, h in model-input pixels
+BOX_IN_SOURCE = [50.0, 25.0, 150.0, 75.0]
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"confidence_threshold": 1.5}, "less than or equal to 1"),
+        ({"iou_threshold": -0.1}, "greater than or equal to 0"),
+        ({"max_detections": 0}, "greater than or equal to 1"),
+        ({"input_size": (320, 300)}, "multiples of 32"),
+        ({"input_size": (0, 320)}, "multiples of 32"),
+        ({"box_units": "inches"}, "'auto', 'pixels' or 'normalized'"),
+        ({"score_threshold": 0.5}, "Extra inputs are not permitted"),
+    ],
+)
+def test_config_rejects_bad_values(overrides: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        _config(**overrides)
+
+
+def test_config_parses_runtime_by_type_and_names_classes() -> None:
+    config = DetectorConfig.model_validate(
+        {"runtime": {"type": "litert", "model_path": "m.tflite"}, "class_names": ["person", "car"]}
+    )
+    assert isinstance(config.runtime, LiteRTConfig)
+    assert [config.class_name(i) for i in (0, 1, 7)] == ["person", "car", "7"]
+    assert all(f.description for f in DetectorConfig.model_fields.values())
+
+
+# --- pipeline on a scripted runtime ----------------------------------------------------------
+
+
+def test_boxes_come_back_in_source_pixels() -> None:
+    runtime = ScriptedRuntime([[*BOX, 0.9, 0.1, 0.0]])
+    [result] = Detector(runtime, _config()).detect([_frame()])
+    np.testing.assert_allclose(result.xyxy, [BOX_IN_SOURCE], atol=1e-3)
+    np.testing.assert_allclose(result.confidence, [0.9])
+    assert result.class_id.tolist() == [0]
+    assert result.tracker_id.tolist() == [-1]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected_scores"),
+    [
+        ({}, [0.9, 0.7]),  # the 0.8 box overlaps the 0.9 box of the same class
+        ({"class_agnostic_nms": True}, [0.9]),  # the 0.7 box (other class) overlaps too
+        ({"iou_threshold": 1.0}, [0.9, 0.8, 0.7]),
+        ({"max_detections": 1}, [0.9]),
+        ({"confidence_threshold": 0.85}, [0.9]),
+    ],
+    ids=["per-class", "agnostic", "no-suppression", "max-detections", "threshold"],
+)
+def test_nms_and_limits(overrides: dict[str, Any], expected_scores: list[float]) -> None:
+    shifted = [BOX[0] + 1, *BOX[1:]]
+    runtime = ScriptedRuntime(
+        [
+            [*BOX, 0.9, 0.0, 0.0],
+            [*shifted, 0.8, 0.0, 0.0],
+            [*shifted, 0.0, 0.7, 0.0],
+            [*BOX, 0.0, 0.0, 0.1],  # below the default 0.25
+        ]
+    )
+    [result] = Detector(runtime, _config(**overrides)).detect([_frame()])
+    np.testing.assert_allclose(result.confidence, expected_scores, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("max_batch", "images", "expected_calls"),
+    [(None, 5, [5]), (2, 5, [2, 2, 1]), (1, 2, [1, 1])],
+)
+def test_batches_are_split_to_the_runtime_limit(
+    max_batch: int | None, images: int, expected_calls: list[int]
+) -> None:
+    runtime = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]], InputSpec(INPUT, INPUT, "NCHW", max_batch))
+    results = Detector(runtime, _config()).detect([_frame()] * images)
+    assert runtime.batches == expected_calls
+    assert len(results) == images
+    assert all(len(r) == 1 for r in results)
+
+
+def test_input_size_is_required_for_dynamic_models_and_must_match_fixed_ones() -> None:
+    dynamic = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]], InputSpec(None, None, "NCHW", None))
+    with pytest.raises(ModelConfigError, match="dynamic input size; set input_size"):
+        Detector(dynamic, _config())
+    assert Detector(dynamic, _config(input_size=(64, 96))).input_shape == (64, 96)
+    with pytest.raises(ModelConfigError, match=r"does not match the model's fixed size \(64, 64\)"):
+        Detector(ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]]), _config(input_size=(320, 320)))
+
+
+@pytest.mark.parametrize(
+    ("image", "match"),
+    [
+        (np.zeros((10, 10, 3), np.float32), "image 1: expected dtype uint8, got float32"),
+        (np.zeros((10, 10), np.uint8), r"image 1: expected shape \(H, W, 3\)"),
+        (np.zeros((10, 10, 4), np.uint8), r"image 1: expected shape \(H, W, 3\)"),
+        (np.zeros((0, 10, 3), np.uint8), r"image 1: expected shape \(H, W, 3\)"),
+        ([[1, 2, 3]], "image 1: expected numpy array, got list"),
+    ],
+    ids=["float32", "gray", "bgra", "empty", "list"],
+)
+def test_bad_images_are_rejected_with_their_index(image: Any, match: str) -> None:
+    detector = Detector(ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]]), _config())
+    with pytest.raises(InvalidImageError, match=match):
+        detector.detect([_frame(), image])
+
+
+def test_no_images_no_results_and_context_manager_closes() -> None:
+    runtime = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]])
+    with Detector(runtime, _config()) as detector:
+        assert detector.detect([]) == []
+        assert runtime.batches == []
+    assert runtime.closed
+
+
+# --- real models ----------------------------------------------------------------------------
+
+
+class TorchRuntime:
+    """The ultralytics torch model behind the `Runtime` protocol (reference for comparisons)."""
+
+    name = "torch"
+
+    def __init__(self, model: Any, size: int) -> None:
+        self._model = model
+        self._spec = InputSpec(size, size, "NCHW", None)
+
+    @property
+    def input_spec(self) -> InputSpec:
+        return self._spec
+
+    def infer(self, images: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self._model(torch.from_numpy(images))[0].numpy()
+
+    def close(self) -> None:
+        pass
+
+
+def _check_valid(result: Detections, frame: np.ndarray[Any, Any], limit: int) -> None:
+    h, w = frame.shape[:2]
+    assert 0 < len(result) <= limit
+    assert np.all(result.xyxy >= 0)
+    assert np.all(result.xyxy[:, [0, 2]] <= w) and np.all(result.xyxy[:, [1, 3]] <= h)
+    assert np.all(np.diff(result.confidence) <= 0)  # highest confidence first
+    assert np.all((result.class_id >= 0) & (result.class_id < 80))
+
+
+def _threshold_in_a_gap(scores: np.ndarray[Any, Any]) -> float:
+    """A threshold letting a few % of anchors in, set in the widest gap between their scores.
+
+    Random weights give class scores of ~1e-5 with many near-ties; a threshold far from every
+    score keeps float rounding differences between runtimes from flipping a box in or out.
+    """
+    top = np.unique(scores)[-max(len(scores) // 50, 2) :]
+    i = int(np.argmax(np.diff(top) / top[1:]))
+    return float((top[i] + top[i + 1]) / 2)
+
+
+@pytest.mark.slow
+def test_onnx_detector_on_bus_matches_the_torch_pipeline(
+    yolov5s_onnx: Path, yolov5s_torch: Any, bus_image: Any
+) -> None:
+    reference = TorchRuntime(yolov5s_torch, 320)
+    frames = [bus_image, np.ascontiguousarray(bus_image[:200, :300])]
+    batch, _ = letterbox_batch(frames, (320, 320))
+    threshold = _threshold_in_a_gap(reference.infer(batch)[:, 4:].max(axis=1).ravel())
+    config = DetectorConfig(
+        runtime=OnnxRuntimeConfig(model_path=yolov5s_onnx, intra_op_threads=2),
+        input_size=(320, 320),
+        confidence_threshold=threshold,
+        max_detections=50,
+    )
+    with Detector.from_config(config) as detector:
+        results = detector.detect(frames)
+    expected = Detector(reference, config).detect(frames)
+    for frame, got, want in zip(frames, results, expected, strict=True):
+        _check_valid(got, frame, 50)
+        assert len(got) == len(want)
+        np.testing.assert_allclose(got.xyxy, want.xyxy, atol=0.05)  # source pixels
+        np.testing.assert_allclose(got.confidence, want.confidence, rtol=1e-3)
+        assert got.class_id.tolist() == want.class_id.tolist()
+
+
+@pytest.mark.slow
+def test_tflite_int8_detector_on_bus_gives_valid_source_boxes(
+    yolov5s_tflite_int8: Path, bus_image: Any
+) -> None:
+    config = DetectorConfig(
+        runtime=LiteRTConfig(model_path=yolov5s_tflite_int8), max_detections=20, iou_threshold=0.3
+    )
+    with Detector.from_config(config) as detector:
+        assert detector.input_shape == (320, 320)
+        [result] = detector.detect([bus_image])
+    _check_valid(result, bus_image, 20)
+    # NMS ran in model-input pixels; clipping to the frame can raise overlaps afterwards, so
+    # only identical boxes would show NMS failed
+    overlap = box_iou(result.xyxy, result.xyxy)
+    np.fill_diagonal(overlap, 0)
+    assert overlap.max() < 0.999
+
+
+def test_from_config_reports_a_missing_model(tmp_path: Path) -> None:
+    from detection.errors import ModelLoadError
+
+    config = DetectorConfig(runtime=OnnxRuntimeConfig(model_path=tmp_path / "nope.onnx"))
+    with pytest.raises(ModelLoadError, match="nope.onnx"):
+        Detector.from_config(config)
