@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from cloud_service.config import CloudServiceConfig
 from configkit.cli import validate_config_command
+from configkit.yaml_loader import ConfigError, load_config
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -29,8 +32,36 @@ def _add_validate_config(subparsers: Subparsers) -> None:
     parser.set_defaults(handler=_validate_config)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from cloud_service.app import serve  # the engine stack loads only for `serve`
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_config(args.config, CloudServiceConfig)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    serve(config)
+    return 0
+
+
+def _add_serve(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the gRPC inference service until SIGTERM",
+        description="Load the engine, serve analytics.v1.InferenceService, drain on SIGTERM.",
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="cloud service YAML")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.set_defaults(handler=_serve)
+
+
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
-_SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_validate_config,)
+_SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_validate_config, _add_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from configkit.cli import validate_config_command
+from detection.errors import DetectionError
 from edge_agent.config import EdgeAgentConfig
 
 if TYPE_CHECKING:
@@ -36,8 +39,54 @@ def _add_validate_config(subparsers: Subparsers) -> None:
     parser.set_defaults(handler=_validate_config)
 
 
+def _detect(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from detection.config import DetectorConfig
+    from edge_agent.detect_command import SourceError, run_detect, runtime_config_for
+
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = DetectorConfig(
+            runtime=runtime_config_for(Path(args.model), args.threads),
+            confidence_threshold=args.confidence,
+            iou_threshold=args.iou,
+            class_names=args.class_names.split(",") if args.class_names else [],
+            input_size=(args.imgsz, args.imgsz) if args.imgsz else None,
+        )
+        summary = run_detect(
+            config, args.source, sys.stdout, max_frames=args.max_frames, fmt=args.format
+        )
+    except (DetectionError, SourceError, ValueError) as exc:
+        print(f"edge-agent detect: {exc}", file=sys.stderr)
+        return 1
+    print(summary.line(), file=sys.stderr)
+    return 0
+
+
+def _add_detect(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "detect",
+        help="run a detector model over a video file or RTSP stream and print the boxes",
+        description="Runtime chosen by the model file: .onnx, .tflite or .engine/.plan.",
+    )
+    parser.add_argument("--model", required=True, help="model file (.onnx, .tflite, .engine)")
+    parser.add_argument("--source", required=True, help="video file path or rtsp:// URL")
+    parser.add_argument("--imgsz", type=int, default=None, help="input size for dynamic models")
+    parser.add_argument("--confidence", type=float, default=0.25, help="lowest score kept")
+    parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold")
+    parser.add_argument("--class-names", default="", help="comma-separated names by class id")
+    parser.add_argument("--threads", type=int, default=2, help="runtime CPU threads")
+    parser.add_argument("--max-frames", type=int, default=None, help="stop after N frames")
+    parser.add_argument("--format", choices=["text", "jsonl"], default="text")
+    parser.add_argument(
+        "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.set_defaults(handler=_detect)
+
+
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
-_SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_validate_config,)
+_SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_validate_config, _add_detect)
 
 
 def build_parser() -> argparse.ArgumentParser:
