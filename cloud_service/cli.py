@@ -8,9 +8,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from cloud_service.auth import AuthConfigError
 from cloud_service.config import CloudServiceConfig
+from cloud_service.server import ServerBindError
 from configkit.cli import validate_config_command
 from configkit.yaml_loader import ConfigError, load_config
+from detection.errors import DetectionError
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -43,7 +46,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    serve(config)
+    try:
+        serve(config)
+    except (DetectionError, ServerBindError, AuthConfigError) as exc:
+        print(f"cloud-service serve: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,0 +1,122 @@
+"""`cloud-service serve` as a process: loads the engine, answers over gRPC, drains on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+import pytest
+import simplejpeg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
+from tests.fixtures.processes import free_tcp_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 60.0
+SHUTDOWN_TIMEOUT_S = 15.0
+
+CONFIG = """\
+server:
+  listen_address: 127.0.0.1:{port}
+  grace_period_s: 2
+batching:
+  max_batch_size: 4
+engine:
+  runtime:
+    type: onnxruntime
+    model_path: {model}
+  confidence_threshold: 0.0
+  max_detections: 10
+  input_size: [320, 320]
+model_name: yolov5s-random
+model_version: test
+"""
+
+
+def _wait_serving(channel: grpc.Channel) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            time.sleep(0.2)
+    raise TimeoutError("cloud-service did not report SERVING in time")
+
+
+def test_serve_answers_frames_and_drains_on_sigterm(
+    tmp_path: Path, yolov5s_onnx: Path, bus_image: npt.NDArray[np.uint8]
+) -> None:
+    port = free_tcp_port()
+    config = tmp_path / "cloud.yaml"
+    config.write_text(CONFIG.format(port=port, model=yolov5s_onnx))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cloud_service", "serve", "--config", str(config)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            _wait_serving(channel)
+            jpeg = simplejpeg.encode_jpeg(np.ascontiguousarray(bus_image), colorspace="BGR")
+            request = pb.FrameRequest(
+                camera_id="cam", frame_id=7, jpeg=jpeg, original_width=810, original_height=1080
+            )
+            result = InferenceServiceStub(channel).DetectFrame(request, timeout=30)
+        assert result.status.code == grpc.StatusCode.OK.value[0]
+        assert (result.frame_id, result.model_name) == (7, "yolov5s-random")
+        assert 0 < len(result.detections) <= 10
+        assert all(
+            0 <= d.x1 <= d.x2 <= 810 and 0 <= d.y1 <= d.y2 <= 1080 for d in result.detections
+        )
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=SHUTDOWN_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, output
+    assert "draining" in output and "stopped" in output
+
+
+def test_serve_with_a_bad_config_exits_1_naming_the_line(tmp_path: Path) -> None:
+    config = tmp_path / "cloud.yaml"
+    config.write_text("server:\n  listen_address: 127.0.0.1:0\n  colour: blue\n")
+    process = subprocess.run(
+        [sys.executable, "-m", "cloud_service", "serve", "--config", str(config)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert process.returncode == 1
+    assert f"{config}:3: server.colour: unknown key" in process.stderr
+
+
+@pytest.mark.parametrize("missing", ["model.onnx"])
+def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path, missing: str) -> None:
+    config = tmp_path / "cloud.yaml"
+    config.write_text(CONFIG.format(port=free_tcp_port(), model=tmp_path / missing))
+    process = subprocess.run(
+        [sys.executable, "-m", "cloud_service", "serve", "--config", str(config)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert process.returncode == 1
+    assert missing in process.stderr and "Traceback" not in process.stderr
