@@ -5,20 +5,24 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cloud_service.auth import AuthConfigError
 from cloud_service.config import CloudServiceConfig
 from cloud_service.server import ServerBindError
-from configkit.cli import validate_config_command
+from configkit.cli import (
+    SubcommandRegistrar,
+    add_log_level_argument,
+    build_parser,
+    run_cli,
+    validate_config_command,
+)
 from configkit.yaml_loader import ConfigError, load_config
 from detection.errors import DetectionError
 
 if TYPE_CHECKING:
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
-
-Handler = Callable[[argparse.Namespace], int]
+    from configkit.cli import Subparsers
 
 
 def _validate_config(args: argparse.Namespace) -> int:
@@ -61,29 +65,17 @@ def _add_serve(subparsers: Subparsers) -> None:
         description="Load the engine, serve analytics.v1.InferenceService, drain on SIGTERM.",
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="cloud service YAML")
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_log_level_argument(parser, "INFO")
     parser.set_defaults(handler=_serve)
 
 
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
-_SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_validate_config, _add_serve)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
-        prog="cloud-service", description="Cloud detection service: batched inference over gRPC."
-    )
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in _SUBCOMMANDS:
-        register(subparsers)
-    return parser
+_SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (_add_validate_config, _add_serve)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    handler: Handler = args.handler
-    return handler(args)
+    """Run the `cloud-service` command line; returns the process exit code."""
+    parser = build_parser(
+        "cloud-service", "Cloud detection service: batched inference over gRPC.", _SUBCOMMANDS
+    )
+    return run_cli(parser, argv)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
@@ -19,7 +20,15 @@ from configkit.yaml_loader import (
     validate_loaded,
 )
 
-__all__ = ["EXIT_INVALID", "EXIT_OK", "EXIT_UNREADABLE", "validate_config_command"]
+__all__ = [
+    "EXIT_INVALID",
+    "EXIT_OK",
+    "EXIT_UNREADABLE",
+    "add_log_level_argument",
+    "build_parser",
+    "run_cli",
+    "validate_config_command",
+]
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -73,3 +82,34 @@ def validate_config_command(
     summary = f" ({summarize(config)})" if summarize is not None else ""
     print(f"{path}: OK{summary}")
     return EXIT_OK
+
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+Handler = Callable[[argparse.Namespace], int]
+SubcommandRegistrar = Callable[["Subparsers"], None]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def add_log_level_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """The `--log-level` option every long-running subcommand takes."""
+    parser.add_argument("--log-level", default=default, choices=LOG_LEVELS)
+
+
+def build_parser(
+    prog: str, description: str, subcommands: Sequence[SubcommandRegistrar]
+) -> argparse.ArgumentParser:
+    """A parser whose subcommands are added by `subcommands` (each sets a `handler` default)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in subcommands:
+        register(subparsers)
+    return parser
+
+
+def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse `argv` and run the chosen subcommand's handler; returns the exit code."""
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)

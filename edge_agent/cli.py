@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from configkit.cli import validate_config_command
+from configkit.cli import (
+    SubcommandRegistrar,
+    add_log_level_argument,
+    build_parser,
+    run_cli,
+    validate_config_command,
+)
 from detection.errors import DetectionError
 from edge_agent.config import EdgeAgentConfig
 
 if TYPE_CHECKING:
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
-
-Handler = Callable[[argparse.Namespace], int]
+    from configkit.cli import Subparsers
 
 
 def _validate_config(args: argparse.Namespace) -> int:
@@ -79,29 +83,17 @@ def _add_detect(subparsers: Subparsers) -> None:
     parser.add_argument("--threads", type=int, default=2, help="runtime CPU threads")
     parser.add_argument("--max-frames", type=int, default=None, help="stop after N frames")
     parser.add_argument("--format", choices=["text", "jsonl"], default="text")
-    parser.add_argument(
-        "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_log_level_argument(parser, "WARNING")
     parser.set_defaults(handler=_detect)
 
 
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
-_SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_validate_config, _add_detect)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
-        prog="edge-agent", description="Edge video analytics agent: cameras, detection, alerts."
-    )
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in _SUBCOMMANDS:
-        register(subparsers)
-    return parser
+_SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (_add_validate_config, _add_detect)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    handler: Handler = args.handler
-    return handler(args)
+    """Run the `edge-agent` command line; returns the process exit code."""
+    parser = build_parser(
+        "edge-agent", "Edge video analytics agent: cameras, detection, alerts.", _SUBCOMMANDS
+    )
+    return run_cli(parser, argv)

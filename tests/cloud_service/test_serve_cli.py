@@ -11,7 +11,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import numpy.typing as npt
-import pytest
 import simplejpeg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -91,32 +90,30 @@ def test_serve_answers_frames_and_drains_on_sigterm(
     assert "draining" in output and "stopped" in output
 
 
-def test_serve_with_a_bad_config_exits_1_naming_the_line(tmp_path: Path) -> None:
-    config = tmp_path / "cloud.yaml"
-    config.write_text("server:\n  listen_address: 127.0.0.1:0\n  colour: blue\n")
-    process = subprocess.run(
+def _serve_to_exit(config: Path) -> subprocess.CompletedProcess[str]:
+    """Run `serve` on a config that must make it exit on its own."""
+    return subprocess.run(
         [sys.executable, "-m", "cloud_service", "serve", "--config", str(config)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=STARTUP_TIMEOUT_S,
         check=False,
     )
+
+
+def test_serve_with_a_bad_config_exits_1_naming_the_line(tmp_path: Path) -> None:
+    config = tmp_path / "cloud.yaml"
+    config.write_text("server:\n  listen_address: 127.0.0.1:0\n  colour: blue\n")
+    process = _serve_to_exit(config)
     assert process.returncode == 1
     assert f"{config}:3: server.colour: unknown key" in process.stderr
 
 
-@pytest.mark.parametrize("missing", ["model.onnx"])
-def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path, missing: str) -> None:
+def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path) -> None:
+    missing = "model.onnx"
     config = tmp_path / "cloud.yaml"
     config.write_text(CONFIG.format(port=free_tcp_port(), model=tmp_path / missing))
-    process = subprocess.run(
-        [sys.executable, "-m", "cloud_service", "serve", "--config", str(config)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    process = _serve_to_exit(config)
     assert process.returncode == 1
     assert missing in process.stderr and "Traceback" not in process.stderr
