@@ -61,7 +61,8 @@ def build_model(spec: str, seed: int = 0) -> Any:
     source = str(_unambiguous_weights(Path(spec))) if spec.endswith(".pt") else spec
     try:
         return YOLO(source, task="detect")
-    except (FileNotFoundError, OSError, RuntimeError, KeyError, ValueError) as exc:
+    # a corrupt .pt surfaces as TypeError (ultralytics wraps torch's UnpicklingError in it)
+    except (FileNotFoundError, OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
         raise ExportError(f"cannot build model {spec!r}: {exc}") from exc
 
 

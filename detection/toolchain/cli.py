@@ -1,0 +1,225 @@
+"""`vision-toolchain`: export users' YOLOv5 weights (ultralytics `.pt`, or ONNX from the original
+YOLOv5 repo) to ONNX, INT8 TFLite or a TensorRT engine, and check the export's accuracy.
+
+    vision-toolchain export --source yolov5s.pt --format onnx --out models/ --eval-data val/
+    vision-toolchain export --source yolov5s.pt --format tflite-int8 --imgsz 320 \\
+        --calibration calib/ --out models/ --eval-data val/
+    vision-toolchain export --source yolov5s.onnx --format tensorrt --precision int8 \\
+        --calibration calib/ --max-batch 8 --out models/
+    vision-toolchain evaluate --model models/yolov5s.onnx --data val/
+
+Bad input (missing file, wrong format, empty calibration folder, unknown output layout, missing
+backend) ends with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from detection.errors import DetectionError
+from detection.toolchain.dataset import LabelledDataset, load_dataset
+from detection.toolchain.evaluate import (
+    MODEL_SUFFIXES,
+    Comparison,
+    evaluate_model,
+    evaluate_source_model,
+    load_model,
+)
+from detection.toolchain.export import ExportError, export_onnx, export_tflite_int8
+from detection.toolchain.tensorrt_build import (
+    EngineSettings,
+    build_engine,
+    calibration_files,
+    import_tensorrt,
+)
+
+logger = logging.getLogger(__name__)
+
+EXIT_BAD_INPUT = 2
+FORMATS = ("onnx", "tflite-int8", "tensorrt")
+SOURCE_SUFFIXES = (".pt", ".onnx")
+
+
+def _check_backend(module: str, what: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ExportError(f"{what} needs `{module}`, which is not installed (the `tools` extra)")
+
+
+def _check_source(source: Path, fmt: str) -> None:
+    if not source.is_file():
+        raise ExportError(f"source model not found: {source}")
+    suffix = source.suffix.lower()
+    if suffix not in SOURCE_SUFFIXES:
+        raise ExportError(
+            f"unsupported source format {source.suffix!r} ({source.name}): expected an "
+            "ultralytics .pt or an .onnx exported by the YOLOv5 repo"
+        )
+    if suffix == ".pt":
+        _check_backend("ultralytics", "a .pt source")
+    if fmt == "tflite-int8" and suffix == ".onnx":
+        raise ExportError(
+            "tflite-int8 from an ONNX source is not supported: the INT8 TFLite route "
+            "(ultralytics + litert-torch) needs the ultralytics .pt weights"
+        )
+
+
+def _precheck(args: argparse.Namespace) -> None:
+    """Everything that can fail fast, before any slow export step."""
+    _check_source(args.source, args.format)
+    if args.format == "tflite-int8":
+        _check_backend("litert_torch", "INT8 TFLite export")
+        _check_backend("ai_edge_quantizer", "INT8 TFLite export")
+    if args.format == "tensorrt":
+        import_tensorrt()
+    needs_calibration = args.format == "tflite-int8" or (
+        args.format == "tensorrt" and args.precision == "int8"
+    )
+    if needs_calibration:
+        if args.calibration is None:
+            raise ExportError(f"--format {args.format} needs --calibration DIR (INT8 calibration)")
+        calibration_files(args.calibration, limit=1)
+
+
+def _onnx_from_onnx(source: Path, out: Path) -> Path:
+    """Validate an ONNX source (loads, one image in, a YOLO output) and copy it into `out`."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(source))
+    except (onnx.checker.ValidationError, OSError, ValueError) as exc:
+        raise ExportError(f"{source} is not a valid ONNX model: {exc}") from exc
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / source.name
+    if target.resolve() != source.resolve():
+        shutil.copyfile(source, target)
+    return target
+
+
+def _export(args: argparse.Namespace) -> Path:
+    source: Path = args.source
+    out: Path = args.out
+    if args.format == "tflite-int8":
+        return export_tflite_int8(str(source), out, args.imgsz, args.calibration)
+    if source.suffix.lower() == ".onnx":
+        onnx_path = _onnx_from_onnx(source, out)
+    else:
+        onnx_path = export_onnx(str(source), out, args.imgsz, dynamic=True)
+    if args.format == "onnx":
+        return onnx_path
+    settings = EngineSettings(
+        precision=args.precision,
+        imgsz=args.imgsz,
+        min_batch=1,
+        opt_batch=args.opt_batch or args.max_batch,
+        max_batch=args.max_batch,
+        workspace_mib=args.workspace_mib,
+        calibration_dir=args.calibration,
+        calibration_cache=out / f"{source.stem}.calibration.cache",
+        timing_cache=out / "tensorrt.timing.cache",
+    )
+    return build_engine(onnx_path, out / f"{source.stem}_{args.precision}.engine", settings)
+
+
+def _accuracy_report(source: Path, artefact: Path, dataset: LabelledDataset, imgsz: int) -> str:
+    comparison = Comparison(
+        source_name=source.name,
+        export_name=artefact.name,
+        source=evaluate_source_model(source, dataset, imgsz),
+        export=evaluate_model(artefact, dataset, imgsz),
+    )
+    report = comparison.markdown()
+    artefact.with_name(f"{artefact.name}.accuracy.md").write_text(report, encoding="utf-8")
+    artefact.with_name(f"{artefact.name}.accuracy.json").write_text(
+        json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8"
+    )
+    return report
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """`export`: check inputs, export, check the artefact's output layout, compare accuracy."""
+    _precheck(args)
+    dataset = load_dataset(args.eval_data) if args.eval_data else None
+    artefact = _export(args)
+    max_batch = args.max_batch if args.format == "tensorrt" else 1
+    load_model(artefact, args.imgsz, max_batch).runtime.close()  # output layout check
+    print(f"exported {artefact}")
+    if dataset is not None:
+        print(_accuracy_report(args.source, artefact, dataset, args.imgsz))
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """`evaluate`: metrics of one model on a labelled folder, as a markdown table."""
+    model: Path = args.model
+    if not model.is_file():
+        raise ExportError(f"model file not found: {model}")
+    if model.suffix.lower() not in MODEL_SUFFIXES:
+        raise ExportError(
+            f"unsupported model format {model.suffix!r} ({model.name}): expected one of "
+            f"{', '.join(sorted(MODEL_SUFFIXES))}"
+        )
+    dataset = load_dataset(args.data, args.split)
+    result = evaluate_model(model, dataset, args.imgsz)
+    print(f"{model.name} on {dataset.root} ({len(dataset)} images, imgsz {args.imgsz})\n")
+    print(result.table())
+    if args.json:
+        args.json.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with the `export` and `evaluate` subcommands."""
+    parser = argparse.ArgumentParser(prog="vision-toolchain", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    export = sub.add_parser("export", help="export a .pt / .onnx model and check its accuracy")
+    export.add_argument("--source", type=Path, required=True, help="ultralytics .pt / YOLOv5 .onnx")
+    export.add_argument("--format", choices=FORMATS, required=True)
+    export.add_argument("--imgsz", type=_positive, default=640, help="square input side (px)")
+    export.add_argument("--calibration", type=Path, help="folder of INT8 calibration images")
+    export.add_argument("--precision", choices=("fp16", "int8"), default="fp16", help="TensorRT")
+    export.add_argument("--max-batch", type=_positive, default=8, help="TensorRT profile max")
+    export.add_argument("--opt-batch", type=_positive, help="TensorRT profile opt (default max)")
+    export.add_argument("--workspace-mib", type=_positive, default=4096, help="TensorRT workspace")
+    export.add_argument("--out", type=Path, required=True, help="output folder")
+    export.add_argument("--eval-data", type=Path, help="labelled YOLO folder: compare accuracy")
+    export.set_defaults(run=run_export)
+
+    evaluate = sub.add_parser("evaluate", help="mAP of a model on a labelled YOLO folder")
+    evaluate.add_argument("--model", type=Path, required=True, help=".pt .onnx .tflite .engine")
+    evaluate.add_argument("--data", type=Path, required=True, help="YOLO folder or data.yaml")
+    evaluate.add_argument("--split", default="val", help="split named in data.yaml")
+    evaluate.add_argument("--imgsz", type=_positive, default=640, help="square input side (px)")
+    evaluate.add_argument("--json", type=Path, help="also write the metrics as JSON here")
+    evaluate.set_defaults(run=run_evaluate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `vision-toolchain`; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.run(args))
+    except DetectionError as exc:
+        message = " ".join(str(exc).split())  # one line, whatever the backend wrote
+        print(f"vision-toolchain: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
