@@ -1,0 +1,89 @@
+"""Train a YOLO detector with ultralytics on a YOLO-format dataset, reproducibly, on CPU or GPU.
+
+Part of the `tools` extra: ultralytics and torch are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from detection.toolchain.export import ExportError, _offline_environment
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What to train: architecture YAML, input size, schedule and seed."""
+
+    model_yaml: str
+    imgsz: int
+    epochs: int
+    batch: int
+    seed: int
+    close_mosaic_epochs: int = 2
+    lr0: float = 0.01
+    device: str = "cpu"
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.model_yaml.endswith((".yaml", ".yml")):
+            raise ExportError(f"model_yaml must name a YOLO YAML, got {self.model_yaml!r}")
+        if self.imgsz % 32 or not 64 <= self.imgsz <= 2048:
+            raise ExportError(f"imgsz must be a multiple of 32 in 64..2048, got {self.imgsz}")
+        if self.epochs < 1 or self.batch < 1:
+            raise ExportError(f"epochs and batch must be >= 1, got {self.epochs}, {self.batch}")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """The trained weights and how long training took."""
+
+    weights: Path
+    seconds: float
+
+
+def train_detector(spec: TrainSpec, data_yaml: Path, out_dir: Path, name: str) -> TrainResult:
+    """Train from random weights; the final weights land at `out_dir/<name>.pt`."""
+    if not data_yaml.is_file():
+        raise ExportError(f"dataset YAML not found: {data_yaml}")
+    _offline_environment()
+    import torch
+    from ultralytics.models import YOLO
+
+    torch.manual_seed(spec.seed)
+    model = YOLO(spec.model_yaml, task="detect")
+    runs = out_dir / "runs"
+    started = time.perf_counter()
+    model.train(
+        data=str(data_yaml),
+        epochs=spec.epochs,
+        imgsz=spec.imgsz,
+        batch=spec.batch,
+        seed=spec.seed,
+        deterministic=True,
+        device=spec.device,
+        workers=spec.workers,
+        lr0=spec.lr0,
+        close_mosaic=spec.close_mosaic_epochs,
+        pretrained=False,
+        amp=False,
+        val=False,  # the project's own evaluation runs afterwards, on held-out scenes
+        plots=False,
+        project=str(runs),
+        name=name,
+        exist_ok=True,
+        verbose=False,
+    )
+    seconds = time.perf_counter() - started
+    last = runs / name / "weights" / "last.pt"
+    if not last.is_file():
+        raise ExportError(f"training of {name} finished without weights at {last}")
+    weights = out_dir / f"{name}.pt"
+    shutil.copyfile(last, weights)
+    logger.info("trained %s in %.0f s -> %s", name, seconds, weights)
+    return TrainResult(weights=weights, seconds=seconds)
