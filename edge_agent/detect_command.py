@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
@@ -116,8 +116,12 @@ def run_detect(
     *,
     max_frames: int | None = None,
     fmt: OutputFormat = "text",
+    on_frame: Callable[[int, Detections], None] | None = None,
 ) -> DetectRunSummary:
-    """Detect on every frame of `source`, writing one line per frame to `out`."""
+    """Detect on every frame of `source`, writing one line per frame to `out`.
+
+    `on_frame(index, detections)` sees every frame's result (e.g. to score it).
+    """
     summary = DetectRunSummary()
     started = time.perf_counter()
     with Detector.from_config(config) as detector:
@@ -129,5 +133,7 @@ def run_detect(
             summary.detections += len(dets)
             summary.latencies_ms.append(latency_ms)
             print(format_frame(index, dets, config.class_names, fmt, latency_ms), file=out)
+            if on_frame is not None:
+                on_frame(index, dets)
     summary.wall_s = time.perf_counter() - started
     return summary

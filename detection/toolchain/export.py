@@ -25,7 +25,7 @@ class ExportError(DetectionError):
     """A model could not be built or exported."""
 
 
-def _offline_environment() -> None:
+def offline_environment() -> None:
     """Keep ultralytics from reaching the network or installing packages (set before import)."""
     os.environ.setdefault("YOLO_OFFLINE", "1")
     os.environ.setdefault("YOLO_AUTOINSTALL", "0")
@@ -49,7 +49,7 @@ def build_model(spec: str, seed: int = 0) -> Any:
 
     `seed` fixes the random initial weights of YAML-built models, so builds are reproducible.
     """
-    _offline_environment()
+    offline_environment()
     import torch
     from ultralytics.models import YOLO
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from detection.toolchain.export import ExportError, _offline_environment
+from detection.toolchain.export import ExportError, offline_environment
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def train_detector(spec: TrainSpec, data_yaml: Path, out_dir: Path, name: str) -
     """Train from random weights; the final weights land at `out_dir/<name>.pt`."""
     if not data_yaml.is_file():
         raise ExportError(f"dataset YAML not found: {data_yaml}")
-    _offline_environment()
+    offline_environment()
     import torch
     from ultralytics.models import YOLO
 
