@@ -110,7 +110,7 @@ def export_onnx(
 def _calibration_images(calibration_dir: Path) -> list[Path]:
     if not calibration_dir.is_dir():
         raise ExportError(f"calibration folder not found: {calibration_dir}")
-    images = [p for p in calibration_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES]
+    images = sorted(p for p in calibration_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not images:
         raise ExportError(
             f"calibration folder {calibration_dir} holds no images ({sorted(IMAGE_SUFFIXES)})"
@@ -118,36 +118,30 @@ def _calibration_images(calibration_dir: Path) -> list[Path]:
     return images
 
 
-def _calibration_yaml(calibration_dir: Path, out_dir: Path, names: dict[int, str]) -> Path:
-    images = _calibration_images(calibration_dir)
-    folder = calibration_dir.resolve()
-    lines = [f"path: {folder}", f"train: {folder}", f"val: {folder}", "names:"]
-    lines += [f"  {i}: {name!r}" for i, name in sorted(names.items())]
-    path = out_dir / "calibration.yaml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    logger.info("INT8 calibration on %s images from %s", len(images), folder)
-    return path
-
-
 def export_tflite_int8(
     spec: str, out_dir: Path, imgsz: ImageSize, calibration_dir: Path, seed: int = 0
 ) -> Path:
     """Export to an INT8 `.tflite` calibrated on the images in `calibration_dir`; returns its path.
 
-    Uses litert-torch and ai-edge-quantizer: float32 NCHW input, float32 output with boxes
-    normalised to 0..1, int8 inside.
+    litert-torch converts the model to float TFLite, then ai-edge-quantizer quantises weights and
+    activations to int8 except the head's box decoding (see `detection.toolchain.quantize`):
+    float32 NCHW input, float32 output with boxes normalised to 0..1.
     """
     from ultralytics.models import YOLO
 
+    from detection.toolchain.quantize import quantize_int8
+
     start = time.perf_counter()
-    _calibration_images(calibration_dir)  # fail before the slow part
+    images = _calibration_images(calibration_dir)  # fail before the slow part
     checkpoint = _checkpoint(spec, out_dir, seed)
-    model = YOLO(str(checkpoint), task="detect")
-    data = _calibration_yaml(calibration_dir, out_dir, dict(model.names))
     try:
-        result = model.export(format="tflite", int8=True, imgsz=imgsz, data=str(data), device="cpu")
-    except Exception as exc:  # ultralytics, litert-torch and the quantizer raise many types
-        raise ExportError(f"INT8 TFLite export of {spec!r} failed: {exc}") from exc
-    path = _produced(result, out_dir, ".tflite", f"{Path(spec).stem}_int8.tflite")
+        result = YOLO(str(checkpoint), task="detect").export(
+            format="tflite", imgsz=imgsz, device="cpu"
+        )
+    except Exception as exc:  # ultralytics and litert-torch raise many types
+        raise ExportError(f"TFLite export of {spec!r} failed: {exc}") from exc
+    float_model = _produced(result, out_dir, ".tflite", f"{Path(spec).stem}_float32.tflite")
+    size = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
+    path = quantize_int8(float_model, out_dir / f"{Path(spec).stem}_int8.tflite", images, size)
     logger.info("exported %s to %s in %.1f s", spec, path, time.perf_counter() - start)
     return path

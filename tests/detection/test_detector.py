@@ -248,8 +248,12 @@ def test_onnx_detector_on_bus_matches_the_torch_pipeline(
 def test_tflite_int8_detector_on_bus_gives_valid_source_boxes(
     yolov5s_tflite_int8: Path, bus_image: Any
 ) -> None:
+    # random weights score near zero (as the torch model does): threshold 0 lets boxes through
     config = DetectorConfig(
-        runtime=LiteRTConfig(model_path=yolov5s_tflite_int8), max_detections=20, iou_threshold=0.3
+        runtime=LiteRTConfig(model_path=yolov5s_tflite_int8),
+        confidence_threshold=0.0,
+        max_detections=20,
+        iou_threshold=0.3,
     )
     with Detector.from_config(config) as detector:
         assert detector.input_shape == (320, 320)
