@@ -1,15 +1,20 @@
-"""Turn one `FrameRequest` into the images to detect on, with the mapping back to source pixels."""
+"""Turn `FrameRequest`s into the images to detect on, with the mapping back to source pixels.
+
+The JPEGs of a whole batch of requests (whole frames and regions) go to the decoder in one call,
+so a thread pool or NVJPEG decodes them together; a bad payload rejects only its own frame.
+"""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
 
 from cloud_service.convert import map_to_source
-from cloud_service.jpeg import BgrImage, JpegDecoder, JpegError, JpegLimits, decode_checked
+from cloud_service.decoders import BgrImage, DecodeError, Decoder
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
 
@@ -58,13 +63,6 @@ class PreparedFrame:
         )
 
 
-def _decode(decoder: JpegDecoder, data: bytes, limits: JpegLimits, field: str) -> BgrImage:
-    try:
-        return decode_checked(decoder, data, limits)
-    except JpegError as exc:
-        raise FrameRejected(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {exc}") from exc
-
-
 def _check_region(index: int, region: pb.Region) -> None:
     coords = (region.x1, region.y1, region.x2, region.y2)
     if not all(math.isfinite(c) for c in coords) or min(coords) < 0:
@@ -80,27 +78,32 @@ def _check_region(index: int, region: pb.Region) -> None:
         raise FrameRejected(grpc.StatusCode.INVALID_ARGUMENT, f"regions[{index}]: jpeg is empty")
 
 
-def prepare_frame(
-    request: pb.FrameRequest, decoder: JpegDecoder, limits: JpegLimits
-) -> PreparedFrame:
-    """Decode the whole-frame JPEG and every region; raise `FrameRejected` on invalid input."""
+def frame_payloads(request: pb.FrameRequest) -> list[tuple[str, bytes]]:
+    """(field name, JPEG) of the whole frame and each region; `FrameRejected` if malformed."""
     if not request.jpeg and not request.regions:
         raise FrameRejected(grpc.StatusCode.INVALID_ARGUMENT, "neither jpeg nor regions is set")
-    started = time.perf_counter()
-    images: list[BgrImage] = []
+    payloads = [("jpeg", request.jpeg)] if request.jpeg else []
+    for index, region in enumerate(request.regions):
+        _check_region(index, region)
+        payloads.append((f"regions[{index}].jpeg", region.jpeg))
+    return payloads
+
+
+def assemble_frame(
+    request: pb.FrameRequest, images: list[BgrImage], decode_time_ms: float
+) -> PreparedFrame:
+    """The `PreparedFrame` of `request` from its decoded images (whole frame first, regions)."""
     mappings: list[ImageToSource] = []
     source_width = float(request.original_width) or math.inf
     source_height = float(request.original_height) or math.inf
+    crops = iter(images)
     if request.jpeg:
-        frame = _decode(decoder, request.jpeg, limits, "jpeg")
-        height, width = frame.shape[:2]
+        height, width = images[0].shape[:2]
+        next(crops)
         if not request.original_width or not request.original_height:
             source_width, source_height = float(width), float(height)
-        images.append(frame)
         mappings.append(ImageToSource(source_width / width, source_height / height, 0.0, 0.0, None))
-    for index, region in enumerate(request.regions):
-        _check_region(index, region)
-        crop = _decode(decoder, region.jpeg, limits, f"regions[{index}].jpeg")
+    for index, (region, crop) in enumerate(zip(request.regions, crops, strict=True)):
         height, width = crop.shape[:2]
         mappings.append(
             ImageToSource(
@@ -111,11 +114,45 @@ def prepare_frame(
                 index,
             )
         )
-        images.append(crop)
     return PreparedFrame(
-        images=images,
+        images=list(images),
         mappings=mappings,
         source_width=source_width,
         source_height=source_height,
-        decode_time_ms=(time.perf_counter() - started) * 1000.0,
+        decode_time_ms=decode_time_ms,
     )
+
+
+def prepare_frames(
+    requests: Sequence[pb.FrameRequest], decoder: Decoder
+) -> list[PreparedFrame | FrameRejected]:
+    """Decode every JPEG of `requests` in one decoder call; a frame or its rejection each.
+
+    `decode_time_ms` of each frame is the wall time of the whole batch decode (the images are
+    decoded together, so a share per frame has no meaning).
+    """
+    outcomes: list[PreparedFrame | FrameRejected | list[tuple[str, bytes]]] = []
+    for request in requests:
+        try:
+            outcomes.append(frame_payloads(request))
+        except FrameRejected as exc:
+            outcomes.append(exc)
+    flat = [data for o in outcomes if isinstance(o, list) for _, data in o]
+    started = time.perf_counter()
+    decoded = iter(decoder.decode_batch(flat) if flat else [])
+    decode_time_ms = (time.perf_counter() - started) * 1000.0
+    prepared: list[PreparedFrame | FrameRejected] = []
+    for request, outcome in zip(requests, outcomes, strict=True):
+        if not isinstance(outcome, list):
+            prepared.append(outcome)
+            continue
+        results = [(name, next(decoded)) for name, _ in outcome]
+        errors = [(name, r) for name, r in results if isinstance(r, DecodeError)]
+        if errors:
+            name, error = errors[0]
+            code = grpc.StatusCode.INVALID_ARGUMENT
+            prepared.append(FrameRejected(code, f"{name}: {error}"))
+            continue
+        images = [r for _, r in results if not isinstance(r, DecodeError)]
+        prepared.append(assemble_frame(request, images, decode_time_ms))
+    return prepared

@@ -11,8 +11,8 @@ from typing import Protocol
 import grpc
 
 from cloud_service.convert import detections_to_proto, status_to_proto, timestamp_to_seconds
-from cloud_service.frames import FrameRejected, PreparedFrame, prepare_frame
-from cloud_service.jpeg import BgrImage, JpegDecoder, JpegLimits, default_jpeg_decoder
+from cloud_service.decoders import BgrImage, CpuDecoder, Decoder, JpegLimits
+from cloud_service.frames import FrameRejected, PreparedFrame, prepare_frames
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
 
@@ -34,6 +34,15 @@ class ModelInfo:
     name: str
     version: str
     class_names: tuple[str, ...] = field(default=())
+
+
+@dataclass
+class PreparedBatch:
+    """A batch between `prepare` and `finish`: a result per request, decoded frames by index."""
+
+    results: list[pb.FrameResult]
+    frames: dict[int, PreparedFrame] = field(default_factory=dict)
+    started: float = 0.0  # perf_counter() when preparing began
 
 
 def empty_result(request: pb.FrameRequest) -> pb.FrameResult:
@@ -63,6 +72,9 @@ class DetectorFrameProcessor:
     Frames past their deadline get DEADLINE_EXCEEDED and are neither decoded nor detected; frames
     with bad JPEG or regions get INVALID_ARGUMENT; a detector failure gives INTERNAL to the frames
     of that call only. Deadlines are wall-clock (`clock`, default `time.time`).
+
+    The JPEGs of all live frames go to `decoder` in one batch call. Without a `decoder`, a
+    one-thread CPU decoder with `limits` is used; a `decoder` carries its own limits.
     """
 
     def __init__(
@@ -70,32 +82,51 @@ class DetectorFrameProcessor:
         detector: BatchDetector,
         model: ModelInfo,
         *,
-        decoder: JpegDecoder | None = None,
+        decoder: Decoder | None = None,
         limits: JpegLimits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if decoder is not None and limits is not None and limits != decoder.limits:
+            raise ValueError(f"limits {limits} differ from the decoder's {decoder.limits}")
         self._detector = detector
         self._model = model
-        self._decoder = decoder if decoder is not None else default_jpeg_decoder()
-        self._limits = limits if limits is not None else JpegLimits()
+        self._decoder: Decoder = (
+            decoder if decoder is not None else CpuDecoder(limits=limits or JpegLimits())
+        )
         self._clock = clock
 
     def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
         """Decode, detect and build one `FrameResult` per request (same order)."""
-        started = time.perf_counter()
+        return self.finish(self.prepare(requests))
+
+    def prepare(self, requests: Sequence[pb.FrameRequest]) -> PreparedBatch:
+        """Stage 1: reject late frames and decode the others (no detector call).
+
+        A pipelined batcher can prepare the next batch while `finish` runs the current one.
+        """
         results = [empty_result(request) for request in requests]
-        prepared: dict[int, PreparedFrame] = {}
+        batch = PreparedBatch(results=results, started=time.perf_counter())
         now = self._clock()
+        live: list[int] = []
         for index, request in enumerate(requests):
             if request.HasField("deadline") and timestamp_to_seconds(request.deadline) <= now:
-                self._reject(results[index], grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed")
-                continue
-            try:
-                prepared[index] = prepare_frame(request, self._decoder, self._limits)
-            except FrameRejected as exc:
-                self._reject(results[index], exc.code, exc.message)
+                code = grpc.StatusCode.DEADLINE_EXCEEDED
+                self._reject(batch.results[index], code, "deadline passed")
+            else:
+                live.append(index)
+        frames = prepare_frames([requests[i] for i in live], self._decoder)
+        for index, outcome in zip(live, frames, strict=True):
+            if isinstance(outcome, FrameRejected):
+                self._reject(batch.results[index], outcome.code, outcome.message)
+            else:
+                batch.frames[index] = outcome
+        return batch
+
+    def finish(self, batch: PreparedBatch) -> list[pb.FrameResult]:
+        """Stage 2: one detector call on the decoded frames; the results with their timings."""
+        results, prepared = batch.results, batch.frames
         inference_ms = self._detect(prepared, results)
-        total_ms = (time.perf_counter() - started) * 1000.0
+        total_ms = (time.perf_counter() - batch.started) * 1000.0
         for index, result in enumerate(results):
             frame = prepared.get(index)
             result.timings.decode_time_ms = frame.decode_time_ms if frame else 0.0

@@ -1,4 +1,4 @@
-"""JPEG header checks, limits and both CPU decoders."""
+"""JPEG header checks, limits and the CPU codecs (`cloud_service.decoders`)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from cloud_service.config import DecoderConfig
-from cloud_service.jpeg import (
-    JpegDecoder,
-    JpegError,
+from cloud_service.decoders import (
+    DecodeError,
+    ImageCodec,
     JpegLimits,
-    OpenCvJpegDecoder,
-    SimpleJpegDecoder,
+    OpenCvCodec,
+    SimpleJpegCodec,
     check_limits,
+    create_codec,
     decode_checked,
-    default_jpeg_decoder,
     inspect_jpeg,
 )
 from tests.fixtures.grpc_server import make_jpeg
@@ -22,19 +22,25 @@ from tests.fixtures.grpc_server import make_jpeg
 GOOD = make_jpeg(64, 48)
 
 
-@pytest.mark.parametrize(
-    "decoder", [SimpleJpegDecoder(), OpenCvJpegDecoder()], ids=lambda d: d.name
-)
-def test_decoders_agree_on_good_jpeg(decoder: JpegDecoder) -> None:
+@pytest.mark.parametrize("decoder", [SimpleJpegCodec(), OpenCvCodec()], ids=lambda d: d.name)
+def test_decoders_agree_on_good_jpeg(decoder: ImageCodec) -> None:
     image = decode_checked(decoder, GOOD, JpegLimits())
 
     assert image.shape == (48, 64, 3) and image.dtype == np.uint8
-    reference = decode_checked(SimpleJpegDecoder(), GOOD, JpegLimits())
+    reference = decode_checked(SimpleJpegCodec(), GOOD, JpegLimits())
     assert np.abs(image.astype(int) - reference.astype(int)).mean() < 2.0
 
 
 def test_default_decoder_prefers_simplejpeg() -> None:
-    assert default_jpeg_decoder().name == "simplejpeg"
+    assert create_codec().name == "simplejpeg"
+
+
+def test_former_jpeg_module_names_still_work() -> None:
+    from cloud_service import jpeg
+
+    assert jpeg.JpegError is DecodeError and jpeg.JpegLimits is JpegLimits
+    assert jpeg.SimpleJpegDecoder is SimpleJpegCodec and jpeg.inspect_jpeg is inspect_jpeg
+    assert jpeg.default_jpeg_decoder().name == "simplejpeg"
 
 
 def test_inspect_reads_the_size() -> None:
@@ -56,7 +62,7 @@ def test_inspect_reads_the_size() -> None:
     ids=["empty", "gif", "header-cut", "scan-cut", "garbage-after-soi", "no-sof"],
 )
 def test_inspect_rejects(payload: bytes, message: str) -> None:
-    with pytest.raises(JpegError, match=message):
+    with pytest.raises(DecodeError, match=message):
         inspect_jpeg(payload)
 
 
@@ -65,8 +71,8 @@ def test_strict_decoder_rejects_corrupt_scan_data() -> None:
     middle = len(jpeg) // 2
     corrupt = jpeg[:middle] + bytes(range(256)) + jpeg[middle + 256 :]
 
-    with pytest.raises(JpegError, match="cannot decode"):
-        decode_checked(SimpleJpegDecoder(), corrupt, JpegLimits())
+    with pytest.raises(DecodeError, match="cannot decode"):
+        decode_checked(SimpleJpegCodec(), corrupt, JpegLimits())
 
 
 @pytest.mark.parametrize(
@@ -77,7 +83,7 @@ def test_strict_decoder_rejects_corrupt_scan_data() -> None:
     ],
 )
 def test_limits(limits: JpegLimits, message: str) -> None:
-    with pytest.raises(JpegError, match=message):
+    with pytest.raises(DecodeError, match=message):
         check_limits(GOOD, limits)
 
 

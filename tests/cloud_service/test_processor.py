@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from cloud_service.convert import status_code_from_proto, timestamp_from_seconds
-from cloud_service.jpeg import JpegLimits
+from cloud_service.decoders import CpuDecoder, DecodeResult, JpegLimits
 from cloud_service.processor import DetectorFrameProcessor
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
@@ -192,3 +192,49 @@ def test_detector_failure_is_internal_for_the_detected_frames(extra: bool) -> No
         grpc.StatusCode.INTERNAL,
         grpc.StatusCode.INVALID_ARGUMENT,
     ]
+
+
+class CountingDecoder(CpuDecoder):
+    """A two-thread CPU decoder that records the size of each batch it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(threads=2)
+        self.batches: list[int] = []
+
+    def decode_batch(self, payloads: Sequence[bytes]) -> list[DecodeResult]:
+        self.batches.append(len(payloads))
+        return super().decode_batch(payloads)
+
+
+def test_all_jpegs_of_a_batch_go_to_the_decoder_at_once() -> None:
+    decoder = CountingDecoder()
+    processor = DetectorFrameProcessor(FakeDetector(), FAKE_MODEL, decoder=decoder)
+    region = pb.Region(x1=0, y1=0, x2=10, y2=10, jpeg=GOOD)
+    bad_region = pb.Region(x1=0, y1=0, x2=10, y2=10, jpeg=b"junk")
+    requests = [
+        make_request("cam", 1, jpeg=GOOD),
+        make_request("cam", 2, jpeg=GOOD, regions=[region, bad_region]),
+        make_request("cam", 3, jpeg=b"", regions=[region]),
+    ]
+
+    results = processor.process(requests)
+    decoder.close()
+
+    assert decoder.batches == [5]
+    ok, invalid = grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT
+    assert [_code(r) for r in results] == [ok, invalid, ok]
+    assert results[1].status.message.startswith("regions[1].jpeg: not a JPEG")
+    assert results[0].timings.decode_time_ms == results[2].timings.decode_time_ms > 0
+
+
+def test_prepare_decodes_without_the_detector_and_finish_detects() -> None:
+    detector = FakeDetector()
+    processor = DetectorFrameProcessor(detector, FAKE_MODEL)
+    requests = [make_request("cam", 1, jpeg=GOOD), make_request("cam", 2, jpeg=b"junk")]
+
+    batch = processor.prepare(requests)
+    assert detector.calls == [] and sorted(batch.frames) == [0]
+    results = processor.finish(batch)
+
+    assert detector.calls == [[(120, 160, 3)]]
+    assert [_code(r) for r in results] == [grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT]
