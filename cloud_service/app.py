@@ -1,4 +1,4 @@
-"""Wiring of the cloud service from its config: engine -> frame processor -> servicer -> server."""
+"""Wiring of the cloud service from its config: engine, processor, batcher, servicer, server."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cloud_service.config import CloudServiceConfig
-from cloud_service.jpeg import BgrImage, JpegLimits
+from cloud_service.batching import DynamicBatcher
+from cloud_service.config import BatchingConfig, CloudServiceConfig
+from cloud_service.decoders.base import Decoder
+from cloud_service.decoders.factory import create_decoder
+from cloud_service.engines import Engine, create_engine
+from cloud_service.jpeg import BgrImage
+from cloud_service.metrics import MetricsExporter, ServiceMetrics, start_metrics_exporter
 from cloud_service.processor import BatchDetector, DetectorFrameProcessor, ModelInfo
-from cloud_service.server import DrainingServer, create_server, serve_until_signalled
+from cloud_service.server import (
+    DrainingServer,
+    ServerBindError,
+    create_server,
+    serve_until_signalled,
+)
 from cloud_service.servicer import InferenceServicer
 from detection.detections import Detections
-from detection.detector import Detector
 
 logger = logging.getLogger(__name__)
 
@@ -35,40 +44,101 @@ class SerializedDetector:
             return self._detector.detect(images)
 
 
+class BatcherDrainingServer(DrainingServer):
+    """A `DrainingServer` whose `stop` first makes the batcher drain within the same grace.
+
+    New frames are then answered UNAVAILABLE while queued ones finish and stream to their callers.
+    """
+
+    def __init__(self, server: DrainingServer, batcher: DynamicBatcher) -> None:
+        super().__init__(server, server.health)
+        self._batcher = batcher
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Drain the batcher for `grace` seconds while the gRPC server drains its calls."""
+        self._batcher.begin_drain(grace or 0.0)
+        return super().stop(grace)
+
+
 @dataclass
 class CloudService:
-    """A built, not yet started service: the server, its bound port and the engine it owns."""
+    """A built service: the server (not started), its port, the batcher and engine it owns."""
 
     server: DrainingServer
     port: int
-    detector: Detector
+    batcher: DynamicBatcher
+    metrics: ServiceMetrics
+    engine: Engine
+    decoder: Decoder
 
     def close(self) -> None:
-        """Release the engine (call after the server has stopped)."""
-        self.detector.close()
+        """Stop the batcher, release the engine and the decoder's threads (after the server)."""
+        self.batcher.stop(0.0)
+        self.engine.close()
+        self.decoder.close()
+
+
+def batching_for(engine: Engine, config: BatchingConfig) -> BatchingConfig:
+    """`config`, fitted to an engine that takes one fixed batch size (a fixed TensorRT profile,
+    a fixed-batch ONNX): batches are formed at that size when enough frames wait."""
+    sizes = engine.supported_batch_sizes()
+    if len(sizes) != 1 or config.preferred_batch_sizes or sizes[0] > config.max_batch_size:
+        return config
+    return config.model_copy(update={"preferred_batch_sizes": sizes, "max_batch_size": sizes[0]})
 
 
 def build_service(config: CloudServiceConfig) -> CloudService:
-    """Load the engine and bind the server described by `config`."""
-    detector = Detector.from_config(config.engine)
+    """Load and warm up the engine, then bind the server described by `config`."""
+    engine = create_engine(config.engine, max_batch_size=config.batching.max_batch_size)
+    warm_up_ms = engine.warm_up()
+    logger.info("engine warm-up (batch size: ms): %s", warm_up_ms)
     model = ModelInfo(
         name=config.model_name,
         version=config.model_version,
         class_names=tuple(config.engine.class_names),
     )
-    processor = DetectorFrameProcessor(
-        SerializedDetector(detector), model, limits=JpegLimits.from_config(config.decoder)
+    decoder = create_decoder(config.decoder)
+    processor = DetectorFrameProcessor(SerializedDetector(engine), model, decoder=decoder)
+    metrics = ServiceMetrics()
+    batcher = DynamicBatcher(processor, batching_for(engine, config.batching), metrics=metrics)
+    servicer = InferenceServicer(
+        batcher, max_stream_inflight_frames=config.batching.max_stream_inflight_frames
     )
-    servicer = InferenceServicer(processor, max_stream_batch_frames=config.batching.max_batch_size)
-    server, port = create_server(config.server, servicer)
-    return CloudService(server=server, port=port, detector=detector)
+    try:
+        server, port = create_server(config.server, servicer)
+    except Exception:
+        engine.close()
+        decoder.close()
+        raise
+    batcher.start()
+    return CloudService(
+        server=BatcherDrainingServer(server, batcher),
+        port=port,
+        batcher=batcher,
+        metrics=metrics,
+        engine=engine,
+        decoder=decoder,
+    )
+
+
+def _start_exporter(metrics: ServiceMetrics, config: CloudServiceConfig) -> MetricsExporter:
+    host, port = config.metrics.listen_host, config.metrics.listen_port
+    try:
+        return start_metrics_exporter(metrics, host, port)
+    except OSError as exc:
+        raise ServerBindError(f"cannot bind metrics on {host}:{port}: {exc}") from exc
 
 
 def serve(config: CloudServiceConfig) -> None:
     """Run the service until SIGTERM / SIGINT, then drain for the configured grace period."""
     service = build_service(config)
     logger.info("cloud service: %s (port %s)", config.summary(), service.port)
+    exporter: MetricsExporter | None = None
     try:
+        if config.metrics.enabled:
+            exporter = _start_exporter(service.metrics, config)
         serve_until_signalled(service.server, config.server.grace_period_s)
     finally:
         service.close()
+        if exporter is not None:
+            exporter.close()

@@ -66,7 +66,11 @@ class ServerConfig(StrictModel):
 
 
 class BatchingConfig(StrictModel):
-    """Dynamic batcher: how large a batch may grow and how long a frame may wait for one."""
+    """Dynamic batcher: how large a batch may grow and how long a frame may wait for one.
+
+    Queues and fairness are per stream key (agent_id, camera_id): one agent's gRPC stream carries
+    several cameras, and each camera is queued and served round-robin on its own.
+    """
 
     max_batch_size: int = Field(default=16, ge=1, le=256, description="Largest batch run at once.")
     preferred_batch_sizes: list[int] = Field(
@@ -94,6 +98,15 @@ class BatchingConfig(StrictModel):
         ge=1,
         le=600_000,
         description="Deadline of a frame whose request carries none; late frames are dropped.",
+    )
+    max_stream_inflight_frames: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Frames of one gRPC stream submitted but not yet sent back; beyond it the server "
+            "stops reading that stream (HTTP/2 flow control). Queue bounds are per camera."
+        ),
     )
 
     @model_validator(mode="after")
@@ -126,7 +139,25 @@ class DecoderConfig(StrictModel):
     type: Literal["cpu", "nvjpeg"] = Field(
         default="cpu", description="`nvjpeg` decodes on the GPU; `cpu` is the fallback."
     )
-    threads: int = Field(default=4, ge=1, le=256, description="Decoder threads (CPU codec).")
+    threads: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="CPU codec: decoding threads; nvImageCodec: its CPU (parsing) threads.",
+    )
+    cpu_codec: Literal["auto", "simplejpeg", "turbojpeg", "opencv"] = Field(
+        default="auto",
+        description="CPU codec; `auto` is simplejpeg where installed, else OpenCV.",
+    )
+    nvjpeg_backend: Literal["auto", "nvimgcodec", "torchvision"] = Field(
+        default="auto",
+        description="GPU decoder library; `auto` tries nvImageCodec, then torchvision.",
+    )
+    device_id: int = Field(default=0, ge=0, le=63, description="CUDA device of the GPU decoder.")
+    fallback_to_cpu: bool = Field(
+        default=True,
+        description="If the GPU decoder cannot start: decode on the CPU (logged), not fail.",
+    )
     max_image_pixels: int = Field(
         default=3840 * 2160,
         ge=1,

@@ -1,140 +1,151 @@
-"""Thin gRPC servicer: hands frames to an injected `FrameProcessor`, one result per frame."""
+"""Thin gRPC servicer: submits frames to the dynamic batcher and sends back one result per frame."""
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Protocol
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import grpc
 
-from cloud_service.processor import error_result
+from cloud_service.batching.batcher import DynamicBatcher, ResultCallback
+from cloud_service.batching.batcher import FrameProcessor as FrameProcessor
+from cloud_service.config import BatchingConfig
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceServicer
 
 logger = logging.getLogger(__name__)
 
-_QUEUE_POLL_S = 0.2
+_POLL_S = 0.2
+# grpc reports a huge time_remaining for calls without a deadline.
+_NO_DEADLINE_S = 365 * 24 * 3600.0
 
 
-class FrameProcessor(Protocol):
-    """Processes a batch of requests: exactly one result per request, in the same order.
+@runtime_checkable
+class FrameSubmitter(Protocol):
+    """Takes frames and calls back exactly once per frame (`DynamicBatcher`)."""
 
-    Per-frame failures go into `FrameResult.status`; an exception means the whole call failed.
-    """
-
-    def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
-        """One `FrameResult` per request."""
+    def submit(
+        self,
+        request: pb.FrameRequest,
+        on_result: ResultCallback,
+        *,
+        time_remaining_s: float | None = None,
+    ) -> None:
+        """Queue `request`; `on_result` receives its one result."""
         ...
 
 
-class InferenceServicer(InferenceServiceServicer):
-    """`analytics.v1.InferenceService` on top of a `FrameProcessor`.
+@dataclass(frozen=True)
+class _StreamEnd:
+    """Marks the end of the request side after `submitted` frames."""
 
-    The stream reads requests in a background thread into a bounded backlog (a full backlog stops
-    reading, so HTTP/2 flow control slows the sender) and hands whatever is waiting, up to
-    `max_stream_batch_frames`, to the processor in one call. Results may come back in any order;
-    every frame gets exactly one.
+    submitted: int
+
+
+class InferenceServicer(InferenceServiceServicer):
+    """`analytics.v1.InferenceService` on top of a `FrameSubmitter`.
+
+    Every frame, unary or streamed, goes through the submitter (the shared batcher), so frames of
+    all streams and cameras batch together. A stream reads requests in a background thread and
+    yields results as soon as they are ready, in any order; at most `max_stream_inflight_frames`
+    of its frames are unanswered at once (then it stops reading: HTTP/2 flow control). Given a
+    bare `FrameProcessor` (tools, tests), the servicer wraps it in a default `DynamicBatcher`.
     """
 
     def __init__(
         self,
-        processor: FrameProcessor,
+        frames: FrameSubmitter | FrameProcessor,
         *,
-        max_stream_batch_frames: int = 32,
-        max_stream_backlog_frames: int = 64,
+        max_stream_inflight_frames: int = 256,
     ) -> None:
-        if max_stream_batch_frames < 1:
-            raise ValueError(f"max_stream_batch_frames must be >= 1, got {max_stream_batch_frames}")
-        if max_stream_backlog_frames < 1:
+        if max_stream_inflight_frames < 1:
             raise ValueError(
-                f"max_stream_backlog_frames must be >= 1, got {max_stream_backlog_frames}"
+                f"max_stream_inflight_frames must be >= 1, got {max_stream_inflight_frames}"
             )
-        self._processor = processor
-        self._max_batch = max_stream_batch_frames
-        self._max_backlog = max_stream_backlog_frames
+        if isinstance(frames, FrameSubmitter):
+            self._frames: FrameSubmitter = frames
+        else:
+            batcher = DynamicBatcher(frames, BatchingConfig())
+            batcher.start()
+            self._frames = batcher
+        self._max_inflight = max_stream_inflight_frames
 
     def DetectFrame(  # noqa: N802 - gRPC method name
         self, request: pb.FrameRequest, context: grpc.ServicerContext
     ) -> pb.FrameResult:
-        """Process one frame."""
-        return self._process([request])[0]
+        """Process one frame through the batcher."""
+        done: Future[pb.FrameResult] = Future()
+        self._frames.submit(request, done.set_result, time_remaining_s=_remaining_s(context))
+        return done.result()
 
     def StreamFrames(  # noqa: N802 - gRPC method name
         self, request_iterator: Iterator[pb.FrameRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.FrameResult]:
-        """Process the frames of one edge agent's stream as they arrive."""
-        backlog: queue.Queue[pb.FrameRequest | None] = queue.Queue(maxsize=self._max_backlog)
+        """Submit the frames of one edge agent's stream; yield each result when it is ready."""
+        results: queue.Queue[pb.FrameResult | _StreamEnd] = queue.Queue()
+        slots = threading.Semaphore(self._max_inflight)
         stop = threading.Event()
         reader = threading.Thread(
-            target=_read_requests,
-            args=(request_iterator, backlog, stop),
+            target=self._read_requests,
+            args=(request_iterator, context, results, slots, stop),
             name=f"frames-reader-{context.peer()}",
             daemon=True,
         )
         reader.start()
+        logger.info("frame stream from %s opened", context.peer())
+        answered, expected = 0, math.inf
         try:
-            ended = False
-            while not ended:
-                first = backlog.get()
-                if first is None:
-                    break
-                batch = [first]
-                while len(batch) < self._max_batch:
-                    try:
-                        item = backlog.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        ended = True
-                        break
-                    batch.append(item)
-                yield from self._process(batch)
+            while answered < expected:
+                try:
+                    item = results.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if not context.is_active():
+                        return
+                    continue
+                if isinstance(item, _StreamEnd):
+                    expected = item.submitted
+                    continue
+                answered += 1
+                slots.release()
+                yield item
         finally:
             stop.set()
+            logger.info("frame stream from %s closed after %s results", context.peer(), answered)
 
-    def _process(self, batch: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
-        """Call the processor; turn its failure into one INTERNAL result per frame."""
+    def _read_requests(
+        self,
+        requests: Iterator[pb.FrameRequest],
+        context: grpc.ServicerContext,
+        results: queue.Queue[pb.FrameResult | _StreamEnd],
+        slots: threading.Semaphore,
+        stop: threading.Event,
+    ) -> None:
+        """Submit requests while slots are free; end with `_StreamEnd` (half-close or cancel)."""
+        submitted = 0
         try:
-            results = self._processor.process(batch)
-        except Exception:
-            logger.exception("frame processor failed on %s frames", len(batch))
-            return [error_result(r, grpc.StatusCode.INTERNAL, "processing failed") for r in batch]
-        if len(results) != len(batch):
-            logger.error(
-                "frame processor returned %s results for %s frames", len(results), len(batch)
-            )
-            return [error_result(r, grpc.StatusCode.INTERNAL, "processing failed") for r in batch]
-        return results
+            for request in requests:
+                while not slots.acquire(timeout=_POLL_S):
+                    if stop.is_set():
+                        return
+                self._frames.submit(request, results.put, time_remaining_s=_remaining_s(context))
+                submitted += 1
+        except Exception as exc:  # the iterator raises when the RPC is cancelled
+            logger.debug("frame stream ended: %r", exc)
+        results.put(_StreamEnd(submitted))
 
 
-def _put(
-    backlog: queue.Queue[pb.FrameRequest | None],
-    item: pb.FrameRequest | None,
-    stop: threading.Event,
-) -> bool:
-    """Put unless the stream handler has finished; False when it has."""
-    while not stop.is_set():
-        try:
-            backlog.put(item, timeout=_QUEUE_POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def _read_requests(
-    requests: Iterator[pb.FrameRequest],
-    backlog: queue.Queue[pb.FrameRequest | None],
-    stop: threading.Event,
-) -> None:
-    """Move requests into the backlog; `None` marks the end (client half-close or cancel)."""
+def _remaining_s(context: grpc.ServicerContext) -> float | None:
+    """Seconds left before the RPC's deadline; None when it has none."""
     try:
-        for request in requests:
-            if not _put(backlog, request, stop):
-                return
-    except Exception as exc:  # the iterator raises when the RPC is cancelled
-        logger.debug("frame stream ended: %r", exc)
-    _put(backlog, None, stop)
+        remaining = context.time_remaining()
+    except TypeError:  # some grpc versions fail on calls without a deadline
+        return None
+    if remaining is None or remaining > _NO_DEADLINE_S:
+        return None
+    return float(remaining)

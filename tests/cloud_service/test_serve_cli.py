@@ -37,6 +37,8 @@ engine:
   input_size: [320, 320]
 model_name: yolov5s-random
 model_version: test
+metrics:
+  listen_port: 0
 """
 
 

@@ -14,7 +14,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
-from cloud_service.config import ServerConfig
+from cloud_service.batching import DynamicBatcher
+from cloud_service.config import BatchingConfig, ServerConfig
 from cloud_service.processor import DetectorFrameProcessor
 from cloud_service.server import SERVICE_NAME, ServerBindError, create_server, serve_until_signalled
 from cloud_service.servicer import InferenceServicer
@@ -79,13 +80,17 @@ def test_stream_with_no_frames_ends_cleanly(inference_stub: InferenceServiceStub
 
 def test_stream_batches_frames_up_to_the_limit(grpc_server_factory: ServerFactory) -> None:
     detector = FakeDetector()
-    running = grpc_server_factory(
-        DetectorFrameProcessor(detector, FAKE_MODEL),
-        servicer_kwargs={"max_stream_batch_frames": 3},
+    batcher = DynamicBatcher(
+        DetectorFrameProcessor(detector, FAKE_MODEL), BatchingConfig(max_batch_size=3)
     )
+    batcher.start()
+    running = grpc_server_factory(batcher)
     requests = [make_request("cam", i) for i in range(20)]
 
-    results = list(running.stub.StreamFrames(iter(requests), timeout=RPC_TIMEOUT_S))
+    try:
+        results = list(running.stub.StreamFrames(iter(requests), timeout=RPC_TIMEOUT_S))
+    finally:
+        batcher.stop(grace_s=1.0)
 
     assert len(results) == 20
     assert all(1 <= len(call) <= 3 for call in detector.calls)
