@@ -19,17 +19,22 @@ from detection.runtimes.config import TensorRTConfig
 logger = logging.getLogger(__name__)
 
 
-def _import_tensorrt() -> Any:
+TENSORRT_NOT_INSTALLED = (
+    "TensorRT is not installed (needs the `gpu` extra on a machine with an NVIDIA GPU)"
+)
+
+
+def import_tensorrt(missing_message: str = TENSORRT_NOT_INSTALLED) -> Any:
+    """The `tensorrt` module, or `RuntimeUnavailableError(missing_message)` where it is absent."""
     try:
         import tensorrt
     except ImportError as exc:
-        raise RuntimeUnavailableError(
-            "TensorRT is not installed (needs the `gpu` extra on a machine with an NVIDIA GPU)"
-        ) from exc
+        raise RuntimeUnavailableError(missing_message) from exc
     return tensorrt
 
 
-def _import_cudart() -> Any:
+def import_cudart(needed_for: str = "TensorRT") -> Any:
+    """cuda-python's runtime module (either layout), or a clear `RuntimeUnavailableError`."""
     try:
         from cuda.bindings import runtime as cudart
     except ImportError:
@@ -37,7 +42,7 @@ def _import_cudart() -> Any:
             from cuda import cudart  # cuda-python before 12.6
         except ImportError as exc:
             raise RuntimeUnavailableError(
-                "cuda-python is not installed (needs the `gpu` extra)"
+                f"cuda-python is not installed; {needed_for} needs it (the `gpu` extra)"
             ) from exc
     return cudart
 
@@ -123,8 +128,8 @@ class TensorRTRuntime:
     name: str = "tensorrt"
 
     def __init__(self, config: TensorRTConfig) -> None:
-        trt = _import_tensorrt()
-        self._cuda = _Cuda(_import_cudart())
+        trt = import_tensorrt()
+        self._cuda = _Cuda(import_cudart())
         path = config.engine_path
         if not path.is_file():
             raise ModelLoadError(f"TensorRT engine file not found: {path}")

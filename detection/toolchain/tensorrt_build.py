@@ -20,9 +20,11 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
-from detection.errors import DetectionError, RuntimeUnavailableError
+from detection.errors import DetectionError
 from detection.letterbox import letterbox_batch
 from detection.runtimes._io import FloatArray
+from detection.runtimes.tensorrt import import_cudart
+from detection.runtimes.tensorrt import import_tensorrt as runtime_import_tensorrt
 from detection.toolchain.export import IMAGE_SUFFIXES, ExportError
 
 logger = logging.getLogger(__name__)
@@ -120,24 +122,7 @@ def calibration_batches(
 
 def import_tensorrt() -> Any:
     """The `tensorrt` module, or `RuntimeUnavailableError` saying to build on the target GPU."""
-    try:
-        import tensorrt
-    except ImportError as exc:
-        raise RuntimeUnavailableError(TENSORRT_MISSING) from exc
-    return tensorrt
-
-
-def _import_cudart() -> Any:
-    try:
-        from cuda.bindings import runtime as cudart
-    except ImportError:
-        try:
-            from cuda import cudart
-        except ImportError as exc:
-            raise RuntimeUnavailableError(
-                "cuda-python is not installed; INT8 calibration needs it (the `gpu` extra)"
-            ) from exc
-    return cudart
+    return runtime_import_tensorrt(TENSORRT_MISSING)
 
 
 def _check_cuda(cudart: Any, what: str, result: tuple[Any, ...]) -> Any:
@@ -148,7 +133,7 @@ def _check_cuda(cudart: Any, what: str, result: tuple[Any, ...]) -> Any:
 
 def make_calibrator(trt: Any, settings: EngineSettings, input_hw: tuple[int, int]) -> Any:
     """An `IInt8EntropyCalibrator2` over the settings' calibration folder and cache file."""
-    cudart = _import_cudart()
+    cudart = import_cudart("INT8 calibration")
     files = (
         calibration_files(settings.calibration_dir, settings.calibration_max_images)
         if settings.calibration_dir is not None
