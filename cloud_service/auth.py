@@ -6,9 +6,12 @@ import hmac
 import logging
 import os
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import grpc
+
+from configkit.secrets import SecretError, SecretRef
 
 logger = logging.getLogger(__name__)
 
@@ -24,12 +27,22 @@ class AuthConfigError(ValueError):
 
 def tokens_from_env(variable: str, environ: dict[str, str] | None = None) -> frozenset[str]:
     """The comma-separated tokens in `variable`; raise `AuthConfigError` if there are none."""
-    value = (environ if environ is not None else os.environ).get(variable, "")
+    return tokens_from_secret(SecretRef(env=variable), environ)
+
+
+def tokens_from_secret(
+    source: SecretRef,
+    environ: dict[str, str] | None = None,
+    credentials_dir: str | Path | None = None,
+) -> frozenset[str]:
+    """The comma-separated tokens held by `source` (env or systemd credential)."""
+    try:
+        value = source.resolve(environ if environ is not None else os.environ, credentials_dir)
+    except SecretError as exc:
+        raise AuthConfigError(f"auth is enabled but {exc}") from exc
     tokens = frozenset(t.strip() for t in value.split(",") if t.strip())
     if not tokens:
-        raise AuthConfigError(
-            f"auth is enabled but environment variable {variable} holds no tokens"
-        )
+        raise AuthConfigError(f"auth is enabled but {source.describe()} holds no tokens")
     return tokens
 
 

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from configkit.base import StrictModel
 from configkit.common import MetricsConfig
+from configkit.secrets import SecretRef
 from configkit.yaml_loader import config_error_at
 from detection.config import DetectorConfig
 from detection.runtimes.config import TensorRTConfig
@@ -26,6 +27,21 @@ class TlsConfig(StrictModel):
 
 class ServerConfig(StrictModel):
     """gRPC listener: address, message limits, keepalive, TLS, auth and shutdown grace."""
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> Self:
+        if self.auth_tokens_env is not None and self.auth_tokens_credential is not None:
+            raise ValueError("set at most one of `auth_tokens_env` or `auth_tokens_credential`")
+        return self
+
+    @property
+    def auth_tokens(self) -> SecretRef | None:
+        """Where the bearer tokens come from; none: no auth."""
+        if self.auth_tokens_env is not None:
+            return SecretRef(env=self.auth_tokens_env)
+        if self.auth_tokens_credential is not None:
+            return SecretRef(credential=self.auth_tokens_credential)
+        return None
 
     listen_address: str = Field(
         default="127.0.0.1:50051",
@@ -61,6 +77,14 @@ class ServerConfig(StrictModel):
         default=None,
         pattern=r"^[A-Z_][A-Z0-9_]*$",
         description="Environment variable holding comma-separated bearer tokens; none: no auth.",
+    )
+    auth_tokens_credential: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.@-]+$",
+        description=(
+            "systemd credential (file `$CREDENTIALS_DIRECTORY/<name>`) holding comma-separated "
+            "bearer tokens; an alternative to `auth_tokens_env`."
+        ),
     )
     reflection: bool = Field(default=True, description="Serve gRPC server reflection.")
 

@@ -20,7 +20,7 @@ from grpc_health.v1 import (
 )
 from grpc_reflection.v1alpha import reflection
 
-from cloud_service.auth import BearerTokenInterceptor, tokens_from_env
+from cloud_service.auth import BearerTokenInterceptor, tokens_from_secret
 from cloud_service.config import ServerConfig, TlsConfig
 from protos.analytics.v1 import analytics_pb2
 from protos.analytics.v1.analytics_pb2_grpc import (
@@ -129,8 +129,8 @@ def create_server(
     health and reflection services when `config.reflection` is set.
     """
     interceptors: list[grpc.ServerInterceptor] = []
-    if config.auth_tokens_env is not None:
-        interceptors.append(BearerTokenInterceptor(tokens_from_env(config.auth_tokens_env)))
+    if config.auth_tokens is not None:
+        interceptors.append(BearerTokenInterceptor(tokens_from_secret(config.auth_tokens)))
     inner = grpc.server(
         futures.ThreadPoolExecutor(
             max_workers=config.worker_threads, thread_name_prefix="grpc-worker"
@@ -157,7 +157,7 @@ def create_server(
         port,
         config.tls is not None,
         config.tls is not None and config.tls.client_ca_path is not None,
-        config.auth_tokens_env is not None,
+        config.auth_tokens is not None,
     )
     return DrainingServer(inner, health_servicer), port
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -102,3 +104,34 @@ def test_auth_without_tokens_refuses_to_start(
 
 def test_tokens_from_env_splits_and_strips() -> None:
     assert tokens_from_env("T", {"T": "a, b ,,c"}) == frozenset({"a", "b", "c"})
+
+
+def test_tokens_from_a_systemd_credential(
+    grpc_server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "cloud-tokens").write_text("cred-token\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    config = ServerConfig(listen_address="127.0.0.1:0", auth_tokens_credential="cloud-tokens")
+    server = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL), config)
+    metadata = (("authorization", "Bearer cred-token"),)
+    _, call = server.stub.DetectFrame.with_call(
+        make_request(), metadata=metadata, timeout=RPC_TIMEOUT_S
+    )
+    assert call.code() == grpc.StatusCode.OK
+    with pytest.raises(grpc.RpcError) as refused:
+        server.stub.DetectFrame(make_request(), timeout=RPC_TIMEOUT_S)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_missing_credential_refuses_to_start(
+    grpc_server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    config = ServerConfig(listen_address="127.0.0.1:0", auth_tokens_credential="absent")
+    with pytest.raises(AuthConfigError, match="absent"):
+        grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL), config)
+
+
+def test_only_one_token_source_may_be_set() -> None:
+    with pytest.raises(ValueError, match="at most one of"):
+        ServerConfig(auth_tokens_env="T", auth_tokens_credential="t")
