@@ -1,0 +1,387 @@
+"""Rules engine: geometry helpers, each rule kind, filters, cooldown, and the events preset."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from detection.detections import Detections
+from edge_agent.config import CameraConfig
+from edge_agent.rules import (
+    RuleEngine,
+    RuleEvent,
+    bottom_centres,
+    crossing_direction,
+    points_in_polygon,
+    segments_intersect,
+    side_of_line,
+)
+from testbed.scenes.background import BackgroundSpec
+from testbed.scenes.events import expected_events
+from testbed.scenes.render import Effects
+from testbed.scenes.scenario import build_renderer, make_scenario
+from testbed.scenes.writer import mot_rows
+
+CLASSES = ("person", "car", "truck", "forklift")
+SQUARE = [(100.0, 100.0), (200.0, 100.0), (200.0, 200.0), (100.0, 200.0)]
+# A vertical line at x=300 drawn downward: its left (looking from first to second) is x > 300.
+LINE = ((300.0, 0.0), (300.0, 400.0))
+
+# ---------------------------------------------------------------- geometry
+
+
+@pytest.mark.parametrize(
+    ("point", "inside"),
+    [
+        ((150.0, 150.0), True),
+        ((99.0, 150.0), False),
+        ((201.0, 150.0), False),
+        ((150.0, 99.0), False),
+        ((150.0, 250.0), False),
+        ((101.0, 199.0), True),
+    ],
+)
+def test_points_in_square(point: tuple[float, float], inside: bool) -> None:
+    assert points_in_polygon([point], SQUARE).tolist() == [inside]
+
+
+def test_points_in_concave_polygon_vectorised() -> None:
+    # A "U": the notch (140..160, 100..180) is outside.
+    u_shape = [(100, 100), (140, 100), (140, 180), (160, 180), (160, 100), (200, 100),
+               (200, 200), (100, 200)]  # fmt: skip
+    points = np.array([[120, 150], [150, 150], [150, 190], [180, 120], [250, 150]], float)
+    assert points_in_polygon(points, u_shape).tolist() == [True, False, True, True, False]
+    assert points_in_polygon(np.empty((0, 2)), u_shape).shape == (0,)
+
+
+def test_points_in_polygon_rejects_degenerate_input() -> None:
+    with pytest.raises(ValueError, match="at least 3"):
+        points_in_polygon([(0.0, 0.0)], [(0.0, 0.0), (1.0, 1.0)])
+    with pytest.raises(ValueError, match="shape"):
+        points_in_polygon(np.zeros((2, 3)), SQUARE)
+
+
+@pytest.mark.parametrize(
+    ("point", "sign"),
+    [((350.0, 10.0), -1), ((250.0, 10.0), 1), ((300.0, 999.0), 0)],
+)
+def test_side_of_line_is_negative_on_the_left_in_image_coordinates(
+    point: tuple[float, float], sign: int
+) -> None:
+    assert np.sign(side_of_line([point], *LINE)).tolist() == [sign]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "meets"),
+    [
+        ((250.0, 50.0), (350.0, 60.0), True),  # through the segment
+        ((250.0, -50.0), (350.0, -40.0), False),  # crosses the infinite line above its end
+        ((250.0, 50.0), (290.0, 60.0), False),  # stops short
+        ((250.0, 400.0), (350.0, 400.0), True),  # touches the end point
+    ],
+)
+def test_segments_intersect(
+    start: tuple[float, float], end: tuple[float, float], meets: bool
+) -> None:
+    assert segments_intersect([start], [end], *LINE).tolist() == [meets]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "in_side", "direction"),
+    [
+        ((250.0, 50.0), (350.0, 50.0), "left", "in"),
+        ((350.0, 50.0), (250.0, 50.0), "left", "out"),
+        ((250.0, 50.0), (350.0, 50.0), "right", "out"),
+        ((350.0, 50.0), (250.0, 50.0), "right", "in"),
+        ((250.0, 50.0), (300.0, 50.0), "left", None),  # onto the line is not across it
+        ((250.0, 500.0), (350.0, 500.0), "left", None),  # below the segment's end
+        ((250.0, 50.0), (260.0, 50.0), "left", None),
+    ],
+)
+def test_crossing_direction(
+    before: tuple[float, float],
+    after: tuple[float, float],
+    in_side: Any,
+    direction: str | None,
+) -> None:
+    assert crossing_direction(before, after, *LINE, in_side) == direction
+
+
+def test_bottom_centres() -> None:
+    assert bottom_centres([[10, 20, 30, 60], [0, 0, 1, 1]]).tolist() == [[20, 60], [0.5, 1]]
+
+
+# ---------------------------------------------------------------- engine helpers
+
+
+def _camera(rules: list[dict[str, Any]], *, normalized: bool = False) -> CameraConfig:
+    scale = (1 / 640, 1 / 480) if normalized else (1.0, 1.0)
+    units = "normalized" if normalized else "pixel"
+    return CameraConfig.model_validate(
+        {
+            "name": "cam-1",
+            "url": "/tmp/video.mp4",
+            "zones": [
+                {"name": "zone-a", "units": units,
+                 "points": [[x * scale[0], y * scale[1]] for x, y in SQUARE]}
+            ],
+            "lines": [
+                {"name": "line-a", "units": units, "in_side": "left",
+                 "points": [[x * scale[0], y * scale[1]] for x, y in LINE]}
+            ],
+            "rules": [{"cooldown_s": 0.0, "min_confidence": 0.3, **r} for r in rules],
+        }
+    )  # fmt: skip
+
+
+def _engine(rules: list[dict[str, Any]], **kwargs: Any) -> RuleEngine:
+    normalized = kwargs.pop("normalized", False)
+    return RuleEngine(
+        _camera(rules, normalized=normalized),
+        frame_size=(640, 480),
+        class_names=CLASSES,
+        **kwargs,
+    )
+
+
+Obj = tuple[int, float, float] | tuple[int, float, float, int, float]
+
+
+def _dets(objects: Sequence[Obj]) -> Detections:
+    """Boxes 10 px wide, 20 tall, whose bottom-centre is `(x, y)`: (track, x, y[, class, conf])."""
+    rows = [(*o, 0, 0.9)[:5] if len(o) == 3 else o for o in objects]
+    return Detections(
+        xyxy=np.array([[x - 5, y - 20, x + 5, y] for _, x, y, *_ in rows], np.float32),
+        confidence=np.array([r[4] for r in rows], np.float32),
+        class_id=np.array([r[3] for r in rows], np.int64),
+        tracker_id=np.array([r[0] for r in rows], np.int64),
+    )
+
+
+def _run(engine: RuleEngine, frames: Sequence[Sequence[Obj]], dt: float = 0.1) -> list[RuleEvent]:
+    events: list[RuleEvent] = []
+    for i, objects in enumerate(frames):
+        events += engine.update(_dets(objects), i * dt)
+    return events
+
+
+def _summary(events: list[RuleEvent]) -> list[tuple[Any, ...]]:
+    return [(e.kind, e.phase, e.track_id, round(e.timestamp_s, 3)) for e in events]
+
+
+# ---------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+def test_zone_enter_and_exit_fire_on_the_frame_of_the_change(normalized: bool) -> None:
+    engine = _engine(
+        [{"name": "in", "kind": "zone_enter", "zone": "zone-a"},
+         {"name": "out", "kind": "zone_exit", "zone": "zone-a"}],
+        normalized=normalized,
+    )  # fmt: skip
+    xs = [80, 90, 110, 150, 190, 210, 220]
+    events = _run(engine, [[(7, x, 150)] for x in xs])
+    assert _summary(events) == [("zone_enter", "start", 7, 0.2), ("zone_exit", "start", 7, 0.5)]
+    enter = events[0]
+    assert (enter.rule, enter.camera, enter.zone, enter.line) == ("in", "cam-1", "zone-a", None)
+    assert enter.class_id == 0 and enter.box == (105.0, 130.0, 115.0, 150.0)
+
+
+def test_first_seen_inside_raises_no_enter_and_vanishing_inside_no_exit() -> None:
+    engine = _engine(
+        [{"name": "in", "kind": "zone_enter", "zone": "zone-a"},
+         {"name": "out", "kind": "zone_exit", "zone": "zone-a"}],
+        track_timeout_s=0.25,
+    )  # fmt: skip
+    frames: list[list[Obj]] = [[(1, 150, 150)], [(1, 160, 150)], [], [], [], [], []]
+    assert _run(engine, frames) == []
+    assert engine.track_ids == []  # forgotten after the timeout
+
+
+@pytest.mark.parametrize(
+    ("xs", "wanted", "expected"),
+    [
+        ([250, 280, 320, 340], "both", [("in", 0.2)]),
+        ([340, 320, 280, 250], "both", [("out", 0.2)]),
+        ([250, 320, 280], "both", [("in", 0.1), ("out", 0.2)]),
+        ([250, 320, 280], "in", [("in", 0.1)]),
+        ([250, 320, 280], "out", [("out", 0.2)]),
+        ([250, 300, 300, 340], "both", [("in", 0.3)]),  # pausing on the line
+        ([250, 300, 290], "both", []),  # touching the line and going back
+    ],
+)
+def test_line_cross_directions(xs: list[float], wanted: str, expected: list[Any]) -> None:
+    engine = _engine([{"name": "x", "kind": "line_cross", "line": "line-a", "direction": wanted}])
+    events = _run(engine, [[(3, x, 100)] for x in xs])
+    assert [(e.direction, round(e.timestamp_s, 3)) for e in events] == expected
+    assert all(e.line == "line-a" and e.zone is None for e in events)
+
+
+def test_line_cross_beyond_the_segment_end_is_ignored() -> None:
+    engine = _engine([{"name": "x", "kind": "line_cross", "line": "line-a"}])
+    assert _run(engine, [[(3, 250, 450)], [(3, 350, 450)]]) == []
+
+
+def test_loiter_starts_after_the_dwell_and_ends_on_leaving() -> None:
+    engine = _engine([{"name": "stay", "kind": "loiter", "zone": "zone-a", "dwell_s": 0.3}])
+    xs = [90, 110, 120, 130, 140, 150, 210]  # enters at 0.1 s, leaves at 0.6 s
+    events = _run(engine, [[(5, x, 150)] for x in xs])
+    assert _summary(events) == [("loiter", "start", 5, 0.4), ("loiter", "end", 5, 0.6)]
+
+
+def test_loiter_ends_when_the_track_is_forgotten_inside() -> None:
+    engine = _engine(
+        [{"name": "stay", "kind": "loiter", "zone": "zone-a", "dwell_s": 0.2}], track_timeout_s=0.15
+    )
+    frames: list[list[Obj]] = [[(5, 90, 150)], [(5, 110, 150)], [(5, 120, 150)],
+                               [(5, 130, 150)], [], [], []]  # fmt: skip
+    events = _run(engine, frames)
+    assert _summary(events) == [("loiter", "start", 5, 0.3), ("loiter", "end", 5, 0.5)]
+    assert events[1].box == events[0].box  # the last box seen
+
+
+def test_loiter_counts_from_first_sighting_when_first_seen_inside() -> None:
+    engine = _engine([{"name": "stay", "kind": "loiter", "zone": "zone-a", "dwell_s": 0.2}])
+    events = _run(engine, [[(5, 150, 150)]] * 4)
+    assert _summary(events) == [("loiter", "start", 5, 0.2)]
+    assert _summary(engine.finish(1.0)) == [("loiter", "end", 5, 1.0)]
+
+
+def test_occupancy_starts_updates_and_ends_around_the_threshold() -> None:
+    engine = _engine(
+        [{"name": "busy", "kind": "zone_occupancy", "zone": "zone-a", "min_objects": 2}]
+    )
+    frames: list[list[Obj]] = [
+        [(1, 150, 150), (2, 50, 150)],
+        [(1, 150, 150), (2, 120, 150)],  # 2 inside: start
+        [(1, 150, 150), (2, 120, 150), (3, 130, 130)],  # 3: update
+        [(1, 150, 150), (2, 120, 150), (3, 130, 130)],  # unchanged: nothing
+        [(1, 150, 150), (2, 250, 150), (3, 250, 130)],  # 1: end
+    ]
+    events = _run(engine, frames)
+    assert [(e.phase, e.count, round(e.timestamp_s, 3)) for e in events] == [
+        ("start", 2, 0.1),
+        ("update", 3, 0.2),
+        ("end", 1, 0.4),
+    ]
+    assert all(e.track_id == -1 and e.box is None and e.zone == "zone-a" for e in events)
+
+
+def test_occupancy_cooldown_holds_back_a_restart() -> None:
+    engine = _engine(
+        [{"name": "busy", "kind": "zone_occupancy", "zone": "zone-a", "min_objects": 1,
+          "cooldown_s": 0.25}]
+    )  # fmt: skip
+    xs = [150, 250, 150, 250, 250, 150]
+    events = _run(engine, [[(1, x, 150)] for x in xs])
+    assert [(e.phase, round(e.timestamp_s, 3)) for e in events] == [
+        ("start", 0.0),
+        ("end", 0.1),
+        ("start", 0.5),  # 0.2 was within the cool-down
+    ]
+
+
+def test_cooldown_is_per_rule_and_track() -> None:
+    engine = _engine([{"name": "in", "kind": "zone_enter", "zone": "zone-a", "cooldown_s": 0.35}])
+    xs = [90, 110, 90, 110, 90, 110, 90, 110]  # enters at 0.1, 0.3, 0.5, 0.7 s
+    frames = [[(1, x, 150), (2, x, 160)] for x in xs]
+    events = _run(engine, frames)
+    assert sorted(_summary(events)) == [
+        ("zone_enter", "start", 1, 0.1),
+        ("zone_enter", "start", 1, 0.5),
+        ("zone_enter", "start", 2, 0.1),
+        ("zone_enter", "start", 2, 0.5),
+    ]
+
+
+def test_class_and_confidence_filters() -> None:
+    engine = _engine(
+        [{"name": "cars", "kind": "line_cross", "line": "line-a", "classes": ["car", "truck"],
+          "min_confidence": 0.5}]
+    )  # fmt: skip
+    frames: list[list[Obj]] = [
+        [(1, 250, 50, 0, 0.9), (2, 250, 60, 1, 0.9), (3, 250, 70, 1, 0.4), (4, 250, 80, 2, 0.6)],
+        [(1, 350, 50, 0, 0.9), (2, 350, 60, 1, 0.9), (3, 350, 70, 1, 0.4), (4, 350, 80, 2, 0.6)],
+    ]
+    events = _run(engine, frames)
+    assert [(e.track_id, e.class_id) for e in events] == [(2, 1), (4, 2)]
+
+
+def test_untracked_detections_are_ignored_and_time_must_not_go_back() -> None:
+    engine = _engine([{"name": "in", "kind": "zone_enter", "zone": "zone-a"}])
+    assert _run(engine, [[(-1, 50, 150)], [(-1, 150, 150)]]) == []
+    assert engine.track_ids == []
+    with pytest.raises(ValueError, match="backwards"):
+        engine.update(Detections.empty(), 0.0)
+
+
+def test_events_are_frozen() -> None:
+    event = RuleEvent("r", "zone_enter", "cam", 1, 0, 0.0, (0.0, 0.0, 1.0, 1.0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.track_id = 2  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- against the scene generator
+
+
+def test_events_preset_ground_truth_matches_the_generator_expectations() -> None:
+    plain = BackgroundSpec("plain", plain_bgr=(0, 0, 0))
+    spec = dataclasses.replace(
+        make_scenario("events", 7), background=plain, effects=Effects(noise_sigma_levels=0.0)
+    )
+    assert spec.loiter_dwell_s is not None
+    (zone,), (line,) = spec.zones, spec.lines
+    camera = CameraConfig.model_validate(
+        {
+            "name": "events",
+            "url": "/tmp/events.mp4",
+            "zones": [{"name": zone.name, "units": "pixel", "points": list(zone.points)}],
+            "lines": [{"name": line.name, "units": "pixel", "points": list(line.points),
+                       "in_side": line.in_side}],
+            "rules": [
+                {"name": "enter", "kind": "zone_enter", "zone": zone.name, "cooldown_s": 0},
+                {"name": "exit", "kind": "zone_exit", "zone": zone.name, "cooldown_s": 0},
+                {"name": "loiter", "kind": "loiter", "zone": zone.name, "cooldown_s": 0,
+                 "dwell_s": spec.loiter_dwell_s},
+                {"name": "cross", "kind": "line_cross", "line": line.name, "cooldown_s": 0},
+            ],
+        }
+    )  # fmt: skip
+    engine = RuleEngine(
+        camera,
+        frame_size=(spec.width_px, spec.height_px),
+        class_names=spec.class_names,
+        track_timeout_s=1.0,
+    )
+    renderer = build_renderer(spec, Path("/nonexistent"))  # a plain background reads no clip
+    rows = []
+    got = []
+    for index in range(spec.n_frames):
+        _, truth = renderer.render(index)
+        rows += mot_rows(index, truth)
+        xywh = truth.box_xywh.astype(np.float32)
+        detections = Detections(
+            xyxy=np.column_stack([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]]),
+            confidence=np.ones(len(truth), np.float32),
+            class_id=truth.class_id,
+            tracker_id=truth.track_id,
+        )
+        for e in engine.update(detections, index / spec.fps):
+            if e.phase == "start":
+                got.append((e.track_id, e.kind, e.zone or e.line, e.direction, index + 1))
+    want = [
+        (e["track_id"], e["kind"], e.get("zone", e.get("line")), e.get("direction"), e["frame"])
+        for e in expected_events(
+            rows, spec.zones, spec.lines, loiter_dwell_s=spec.loiter_dwell_s, fps=spec.fps
+        )
+    ]
+    kinds = {k for _, k, *_ in want}
+    assert {"zone_enter", "zone_exit", "line_cross", "loiter"} <= kinds
+    assert sorted(g[:4] for g in got) == sorted(w[:4] for w in want)
+    for g, w in zip(sorted(got), sorted(want), strict=True):
+        assert abs(g[4] - w[4]) <= 1, (g, w)
