@@ -1,0 +1,34 @@
+"""Per-camera multi-object tracking: DeepSORT (Kalman + appearance cascade + IoU) with a
+ByteTrack-style second pass. Pure algorithms, no I/O."""
+
+from edge_agent.tracking.embedders import Embedder, HistogramEmbedder, NoEmbedder
+from edge_agent.tracking.kalman import CHI2INV95, KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
+from edge_agent.tracking.matching import (
+    Assignment,
+    cosine_cost,
+    gate_cost_matrix,
+    iou_cost,
+    linear_assignment,
+    matching_cascade,
+)
+from edge_agent.tracking.track import Track, TrackState
+from edge_agent.tracking.tracker import DeepSortTracker
+
+__all__ = [
+    "CHI2INV95",
+    "Assignment",
+    "DeepSortTracker",
+    "Embedder",
+    "HistogramEmbedder",
+    "KalmanFilter",
+    "NoEmbedder",
+    "Track",
+    "TrackState",
+    "cosine_cost",
+    "gate_cost_matrix",
+    "iou_cost",
+    "linear_assignment",
+    "matching_cascade",
+    "xyah_to_xyxy",
+    "xyxy_to_xyah",
+]

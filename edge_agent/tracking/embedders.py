@@ -1,0 +1,96 @@
+"""Appearance embedders: one L2-normalised feature row per box, or none at all."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Float32Array = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Turns the boxes of one frame into appearance features."""
+
+    def embed(self, frame: npt.NDArray[np.uint8], xyxy: npt.ArrayLike) -> Float32Array | None:
+        """Features `(n, d)` float32 with unit-length rows for `xyxy (n, 4)`, or None."""
+        ...
+
+
+class NoEmbedder:
+    """No appearance features: the tracker falls back to IoU matching."""
+
+    def embed(self, frame: npt.NDArray[np.uint8], xyxy: npt.ArrayLike) -> Float32Array | None:
+        """Always None."""
+        return None
+
+
+def bgr_to_hsv(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.float64]:
+    """BGR uint8 pixels `(..., 3)` to HSV with hue in [0, 1) and saturation, value in [0, 1]."""
+    bgr = np.asarray(pixels, dtype=np.float64) / 255.0
+    b, g, r = bgr[..., 0], bgr[..., 1], bgr[..., 2]
+    value = np.max(bgr, axis=-1)
+    chroma = value - np.min(bgr, axis=-1)
+    saturation = np.where(value > 0, chroma / np.maximum(value, 1e-12), 0.0)
+    safe = np.maximum(chroma, 1e-12)
+    hue = np.where(
+        value == r,
+        ((g - b) / safe) % 6.0,
+        np.where(value == g, (b - r) / safe + 2.0, (r - g) / safe + 4.0),
+    )
+    hue = np.where(chroma > 0, hue / 6.0, 0.0) % 1.0
+    return np.stack([hue, saturation, value], axis=-1)
+
+
+class HistogramEmbedder:
+    """Joint HSV colour histogram of each crop, a cheap appearance cue for CPU-only edges.
+
+    Expects BGR `(H, W, 3)` uint8 frames; boxes are clipped to the frame, and a box with
+    no pixels left gets a uniform histogram.
+    """
+
+    def __init__(self, hue_bins: int = 8, saturation_bins: int = 4, value_bins: int = 4) -> None:
+        for name, bins in (
+            ("hue_bins", hue_bins),
+            ("saturation_bins", saturation_bins),
+            ("value_bins", value_bins),
+        ):
+            if not 1 <= bins <= 256:
+                raise ValueError(f"{name} must be in [1, 256], got {bins}")
+        self.bins = (int(hue_bins), int(saturation_bins), int(value_bins))
+
+    @property
+    def dimension(self) -> int:
+        """Length of one feature row."""
+        return self.bins[0] * self.bins[1] * self.bins[2]
+
+    def embed(self, frame: npt.NDArray[np.uint8], xyxy: npt.ArrayLike) -> Float32Array | None:
+        """One unit-length histogram row per box."""
+        image = np.asarray(frame)
+        if image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(f"frame must have shape (H, W, 3), got {image.shape}")
+        boxes = np.asarray(xyxy, dtype=np.float64).reshape(-1, 4)
+        height, width = image.shape[:2]
+        out = np.empty((boxes.shape[0], self.dimension), dtype=np.float32)
+        for i, (x1, y1, x2, y2) in enumerate(boxes):
+            left, top = int(np.clip(np.floor(x1), 0, width)), int(np.clip(np.floor(y1), 0, height))
+            right, bottom = (
+                int(np.clip(np.ceil(x2), 0, width)),
+                int(np.clip(np.ceil(y2), 0, height)),
+            )
+            out[i] = self._histogram(image[top:bottom, left:right])
+        return out
+
+    def _histogram(self, crop: npt.NDArray[np.uint8]) -> Float32Array:
+        if crop.size == 0:
+            hist = np.ones(self.dimension, dtype=np.float64)
+        else:
+            hsv = bgr_to_hsv(crop).reshape(-1, 3)
+            idx = [
+                np.minimum((hsv[:, c] * self.bins[c]).astype(np.int64), self.bins[c] - 1)
+                for c in range(3)
+            ]
+            flat = (idx[0] * self.bins[1] + idx[1]) * self.bins[2] + idx[2]
+            hist = np.bincount(flat, minlength=self.dimension).astype(np.float64)
+        return (hist / np.linalg.norm(hist)).astype(np.float32)

@@ -1,0 +1,120 @@
+"""One DeepSORT track: Kalman state, life cycle, class vote, appearance gallery, history."""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, deque
+
+import numpy as np
+import numpy.typing as npt
+
+from edge_agent.tracking.kalman import FloatArray, KalmanFilter, xyah_to_xyxy
+
+
+class TrackState(enum.Enum):
+    """Life cycle: new tracks are tentative until `n_init` hits in a row, then confirmed."""
+
+    TENTATIVE = "tentative"
+    CONFIRMED = "confirmed"
+    DELETED = "deleted"
+
+
+class Track:
+    """A single tracked object.
+
+    `age` counts frames since creation, `hits` the matched frames, `time_since_update` the
+    frames since the last match. `history` keeps the last `(frame_index, xyxy)` measurements.
+    """
+
+    def __init__(
+        self,
+        track_id: int,
+        mean: FloatArray,
+        covariance: FloatArray,
+        class_id: int,
+        frame_index: int,
+        xyxy: npt.ArrayLike,
+        n_init: int,
+        max_age: int,
+        gallery_size: int,
+        history_size: int,
+        feature: npt.ArrayLike | None = None,
+    ) -> None:
+        self.track_id = track_id
+        self.mean = mean
+        self.covariance = covariance
+        self.n_init = n_init
+        self.max_age = max_age
+        self.hits = 1
+        self.age = 1
+        self.time_since_update = 0
+        self.state = TrackState.CONFIRMED if n_init <= 1 else TrackState.TENTATIVE
+        self._class_votes: Counter[int] = Counter({class_id: 1})
+        self.features: deque[FloatArray] = deque(maxlen=gallery_size)
+        self.history: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
+        self._record(frame_index, xyxy, feature)
+
+    @property
+    def class_id(self) -> int:
+        """The class seen most often; ties go to the class seen first."""
+        return self._class_votes.most_common(1)[0][0]
+
+    @property
+    def is_tentative(self) -> bool:
+        """Not yet confirmed."""
+        return self.state is TrackState.TENTATIVE
+
+    @property
+    def is_confirmed(self) -> bool:
+        """Matched `n_init` times in a row at some point and not deleted since."""
+        return self.state is TrackState.CONFIRMED
+
+    @property
+    def is_deleted(self) -> bool:
+        """To be dropped by the tracker."""
+        return self.state is TrackState.DELETED
+
+    def to_xyxy(self) -> FloatArray:
+        """The current (predicted or corrected) box in xyxy."""
+        return xyah_to_xyxy(self.mean[:4])
+
+    def gallery(self) -> FloatArray:
+        """The stored appearance features `(k, d)`; `(0, 0)` when there are none."""
+        if not self.features:
+            return np.empty((0, 0), dtype=np.float64)
+        return np.stack(list(self.features))
+
+    def predict(self, kalman: KalmanFilter) -> None:
+        """Advance the state one frame."""
+        self.mean, self.covariance = kalman.predict(self.mean, self.covariance)
+        self.age += 1
+        self.time_since_update += 1
+
+    def update(
+        self,
+        kalman: KalmanFilter,
+        xyah: npt.ArrayLike,
+        xyxy: npt.ArrayLike,
+        class_id: int,
+        frame_index: int,
+        feature: npt.ArrayLike | None = None,
+    ) -> None:
+        """Correct with a matched detection; confirms the track after `n_init` hits."""
+        self.mean, self.covariance = kalman.update(self.mean, self.covariance, xyah)
+        self.hits += 1
+        self.time_since_update = 0
+        self._class_votes[class_id] += 1
+        self._record(frame_index, xyxy, feature)
+        if self.is_tentative and self.hits >= self.n_init:
+            self.state = TrackState.CONFIRMED
+
+    def mark_missed(self) -> None:
+        """Call on a frame without a match: tentative tracks die at once, others after
+        `max_age` missed frames in a row."""
+        if self.is_tentative or self.time_since_update >= self.max_age:
+            self.state = TrackState.DELETED
+
+    def _record(self, frame_index: int, xyxy: npt.ArrayLike, feature: npt.ArrayLike | None) -> None:
+        self.history.append((frame_index, np.asarray(xyxy, dtype=np.float64).reshape(4).copy()))
+        if feature is not None:
+            self.features.append(np.asarray(feature, dtype=np.float64).reshape(-1).copy())

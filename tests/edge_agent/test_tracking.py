@@ -1,0 +1,301 @@
+"""DeepSORT tracking: Kalman filter, matching, track life cycle and the tracker loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from detection.detections import Detections
+from edge_agent.tracking import (
+    CHI2INV95,
+    DeepSortTracker,
+    HistogramEmbedder,
+    KalmanFilter,
+    NoEmbedder,
+    cosine_cost,
+    iou_cost,
+    linear_assignment,
+    matching_cascade,
+    xyah_to_xyxy,
+    xyxy_to_xyah,
+)
+
+
+def _dets(boxes: list[list[float]], conf: float | list[float] = 0.9, cls: int = 0) -> Detections:
+    n = len(boxes)
+    confidence = [conf] * n if isinstance(conf, float) else conf
+    return Detections(
+        xyxy=np.array(boxes, dtype=np.float32).reshape(-1, 4),
+        confidence=np.array(confidence, dtype=np.float32),
+        class_id=np.full(n, cls, dtype=np.int64),
+    )
+
+
+def _box(cx: float, cy: float, w: float = 40.0, h: float = 40.0) -> list[float]:
+    return [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
+
+
+# --- Kalman filter -------------------------------------------------------------------------
+
+
+def test_xyah_round_trip() -> None:
+    boxes = np.array([[10, 20, 50, 100], [0, 0, 4, 2]], dtype=np.float64)
+    np.testing.assert_allclose(xyah_to_xyxy(xyxy_to_xyah(boxes)), boxes, atol=1e-9)
+
+
+def test_kalman_converges_on_constant_velocity_target() -> None:
+    kf = KalmanFilter()
+    start = np.array([100.0, 50.0, 0.5, 80.0])
+    velocity = np.array([3.0, -1.5, 0.0, 0.0])
+    mean, cov = kf.initiate(start)
+    for step in range(1, 40):
+        mean, cov = kf.predict(mean, cov)
+        mean, cov = kf.update(mean, cov, start + step * velocity)
+    np.testing.assert_allclose(mean[4:], velocity, atol=0.05)
+    predicted, _ = kf.predict(mean, cov)
+    np.testing.assert_allclose(predicted[:4], start + 40 * velocity, atol=0.2)
+
+
+def test_kalman_does_not_mutate_inputs() -> None:
+    kf = KalmanFilter()
+    mean, cov = kf.initiate([0.0, 0.0, 1.0, 10.0])
+    mean0, cov0 = mean.copy(), cov.copy()
+    kf.update(*kf.predict(mean, cov), [1.0, 1.0, 1.0, 10.0])
+    np.testing.assert_array_equal(mean, mean0)
+    np.testing.assert_array_equal(cov, cov0)
+
+
+def test_gating_distance() -> None:
+    kf = KalmanFilter()
+    mean, cov = kf.initiate([100.0, 100.0, 1.0, 50.0])
+    far = [300.0, 100.0, 1.0, 50.0]
+    d = kf.gating_distance(mean, cov, [[100.0, 100.0, 1.0, 50.0], [103.0, 100.0, 1.0, 50.0], far])
+    assert d[0] == pytest.approx(0.0, abs=1e-9)
+    assert 0 < d[1] < CHI2INV95[4]
+    assert d[2] > CHI2INV95[4]
+    pos = kf.gating_distance(mean, cov, [[100.0, 100.0, 9.0, 500.0]], only_position=True)
+    assert pos[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_kalman_rejects_bad_noise_weight() -> None:
+    with pytest.raises(ValueError, match=r"std_weight_position must be in \(0, inf\), got -1"):
+        KalmanFilter(std_weight_position=-1.0)
+
+
+# --- matching ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cost", "max_cost", "matches", "unmatched_tracks", "unmatched_dets"),
+    [
+        ([[0.1, 0.9], [0.8, 0.2]], 0.5, [(0, 0), (1, 1)], [], []),
+        ([[0.9, 0.1], [0.2, 0.8]], 0.5, [(0, 1), (1, 0)], [], []),
+        ([[0.1, 0.9], [0.8, 0.7]], 0.5, [(0, 0)], [1], [1]),
+        ([[0.6]], 0.5, [], [0], [0]),
+        ([[0.5]], 0.5, [(0, 0)], [], []),
+        ([[0.1, 0.2, 0.3]], 0.5, [(0, 0)], [], [1, 2]),
+        ([[np.inf], [0.3]], 0.5, [(1, 0)], [0], []),
+        ([[np.nan]], 0.5, [], [0], [0]),
+        (np.empty((0, 3)), 0.5, [], [], [0, 1, 2]),
+    ],
+)
+def test_linear_assignment_with_gate(
+    cost: Any,
+    max_cost: float,
+    matches: list[tuple[int, int]],
+    unmatched_tracks: list[int],
+    unmatched_dets: list[int],
+) -> None:
+    result = linear_assignment(np.asarray(cost, dtype=np.float64), max_cost)
+    assert sorted(result.matches) == matches
+    assert result.unmatched_tracks == unmatched_tracks
+    assert result.unmatched_detections == unmatched_dets
+
+
+def test_linear_assignment_maps_back_to_indices() -> None:
+    result = linear_assignment([[0.1, 0.9], [0.9, 0.1]], 0.5, [7, 3], [4, 2])
+    assert sorted(result.matches) == [(3, 2), (7, 4)]
+
+
+def test_linear_assignment_rejects_shape_mismatch() -> None:
+    with pytest.raises(ValueError, match=r"expected \(3, 2\)"):
+        linear_assignment(np.zeros((2, 2)), 0.5, [0, 1, 2], [0, 1])
+
+
+def test_iou_and_cosine_costs() -> None:
+    iou = iou_cost([[0, 0, 10, 10]], [[0, 0, 10, 10], [20, 20, 30, 30]])
+    np.testing.assert_allclose(iou, [[0.0, 1.0]], atol=1e-6)
+    galleries = [np.array([[1.0, 0.0], [0.0, 1.0]]), np.empty((0, 0))]
+    cos = cosine_cost(galleries, np.array([[0.0, 2.0], [-1.0, 0.0]]))
+    np.testing.assert_allclose(cos[0], [0.0, 1.0], atol=1e-9)
+    assert np.all(cos[1] > 2.0)
+
+
+def test_matching_cascade_prefers_recently_seen_tracks() -> None:
+    # Both tracks want detection 0 equally; the one seen last frame gets it.
+    def cost(tracks: Any, dets: Any) -> npt.NDArray[np.float64]:
+        return np.full((len(tracks), len(dets)), 0.1)
+
+    result = matching_cascade(cost, 0.5, 5, [3, 1], [0, 1], [0])
+    assert result.matches == [(1, 0)]
+    assert result.unmatched_tracks == [0]
+    assert result.unmatched_detections == []
+
+
+# --- tracker -------------------------------------------------------------------------------
+
+
+def test_confirms_after_n_init_and_keeps_id_through_a_miss() -> None:
+    tracker = DeepSortTracker(n_init=3, max_age_frames=5)
+    ids: list[int] = []
+    for frame in range(12):
+        if frame in (5, 6, 7):  # a 3-frame miss, shorter than max_age
+            out = tracker.update(Detections.empty())
+            assert len(out) == 0
+            continue
+        out = tracker.update(_dets([_box(50 + 5 * frame, 60 + 2 * frame)]))
+        ids.append(int(out.tracker_id[0]))
+    assert ids[:2] == [-1, -1]
+    assert len(set(ids[2:])) == 1 and ids[2] > 0
+    assert len(tracker.tracks) == 1
+    track = tracker.tracks[0]
+    assert track.hits == 9 and track.age == 12 and track.time_since_update == 0
+    assert [f for f, _ in track.history][-2:] == [10, 11]
+
+
+def test_deletes_after_max_age() -> None:
+    tracker = DeepSortTracker(n_init=1, max_age_frames=3)
+    tracker.update(_dets([_box(50, 50)]))
+    for missed in range(1, 4):
+        tracker.update(Detections.empty())
+        assert len(tracker.tracks) == (1 if missed < 3 else 0)
+    out = tracker.update(_dets([_box(50, 50)]))
+    assert int(out.tracker_id[0]) == 2
+
+
+def test_tentative_track_dies_on_first_miss() -> None:
+    tracker = DeepSortTracker(n_init=3)
+    tracker.update(_dets([_box(50, 50)]))
+    tracker.update(Detections.empty())
+    assert tracker.tracks == []
+
+
+def test_two_objects_keep_ids_and_class_vote() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    first = tracker.update(_dets([_box(50, 50), _box(300, 50)]))
+    for frame in range(1, 10):
+        out = tracker.update(_dets([_box(300 - 3 * frame, 50), _box(50 + 3 * frame, 50)]))
+        np.testing.assert_array_equal(out.tracker_id, first.tracker_id[::-1])
+    tracker.update(_dets([_box(80, 50)], cls=2))
+    tracker.update(_dets([_box(83, 50)], cls=2))
+    classes = {t.track_id: t.class_id for t in tracker.tracks}
+    assert classes[int(first.tracker_id[0])] == 0
+
+
+def test_callers_detections_are_not_mutated() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    dets = _dets([_box(50, 50), _box(200, 50)])
+    before = (dets.xyxy.copy(), dets.confidence.copy(), dets.tracker_id.copy())
+    out = tracker.update(dets, np.eye(2, 4, dtype=np.float32))
+    assert out is not dets
+    np.testing.assert_array_equal(dets.xyxy, before[0])
+    np.testing.assert_array_equal(dets.confidence, before[1])
+    np.testing.assert_array_equal(dets.tracker_id, before[2])
+    assert list(out.tracker_id) == [1, 2]
+
+
+def test_low_score_second_pass_extends_but_never_starts_tracks() -> None:
+    tracker = DeepSortTracker(n_init=1, low_score_threshold=0.1, confidence_threshold=0.5)
+    out = tracker.update(_dets([_box(50, 50)], conf=0.9))
+    track_id = int(out.tracker_id[0])
+    out = tracker.update(_dets([_box(53, 50), _box(300, 300)], conf=[0.3, 0.3]))
+    assert list(out.tracker_id) == [track_id, -1]
+    assert len(tracker.tracks) == 1 and tracker.tracks[0].time_since_update == 0
+    out = tracker.update(_dets([_box(56, 50)], conf=0.05))  # below the low threshold
+    assert list(out.tracker_id) == [-1]
+    assert tracker.tracks[0].time_since_update == 1
+
+
+def test_low_score_detections_ignored_without_second_pass() -> None:
+    tracker = DeepSortTracker(n_init=1, confidence_threshold=0.5)
+    tracker.update(_dets([_box(50, 50)], conf=0.9))
+    out = tracker.update(_dets([_box(53, 50)], conf=0.3))
+    assert list(out.tracker_id) == [-1]
+
+
+def _coloured_frame(boxes: list[list[float]], colours: list[tuple[int, int, int]]) -> Any:
+    frame = np.full((240, 480, 3), 128, dtype=np.uint8)
+    for (x1, y1, x2, y2), colour in zip(boxes, colours, strict=True):
+        frame[int(y1) : int(y2), int(x1) : int(x2)] = colour
+    return frame
+
+
+def test_crossing_objects_keep_ids_with_histogram_embedder() -> None:
+    tracker = DeepSortTracker(n_init=2, max_iou_distance=0.9)
+    embedder = HistogramEmbedder()
+    red, blue = (0, 0, 220), (220, 40, 0)  # BGR
+    seen: dict[str, set[int]] = {"red": set(), "blue": set()}
+    for frame in range(40):
+        a = _box(40 + 10 * frame, 100)  # red moves right
+        b = _box(440 - 10 * frame, 112)  # blue moves left, crossing red near frame 20
+        # Present the detections in a changing order so ids cannot follow positions.
+        order = [a, b] if frame % 2 else [b, a]
+        names = ["red", "blue"] if frame % 2 else ["blue", "red"]
+        image = _coloured_frame([a, b], [red, blue])
+        dets = _dets(order)
+        out = tracker.update(dets, embedder.embed(image, dets.xyxy))
+        for name, tid in zip(names, out.tracker_id.tolist(), strict=True):
+            if tid >= 0:
+                seen[name].add(tid)
+    assert len(seen["red"]) == 1 and len(seen["blue"]) == 1
+    assert seen["red"] != seen["blue"]
+
+
+def test_embeddings_shape_is_checked() -> None:
+    tracker = DeepSortTracker()
+    with pytest.raises(ValueError, match=r"embeddings must have shape \(1, d\)"):
+        tracker.update(_dets([_box(50, 50)]), np.zeros((2, 8)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_age_frames": 0}, r"max_age_frames must be in \[1, 10000\], got 0"),
+        ({"n_init": 101}, r"n_init must be in \[1, 100\], got 101"),
+        ({"max_iou_distance": 1.5}, r"max_iou_distance must be in \[0.0, 1.0\], got 1.5"),
+        ({"max_iou_distance": float("nan")}, r"max_iou_distance must be in \[0.0, 1.0\], got nan"),
+        ({"max_cosine_distance": -0.1}, r"max_cosine_distance must be in \[0.0, 2.0\]"),
+        ({"gallery_size": 0}, r"gallery_size must be in \[1, 10000\], got 0"),
+        ({"confidence_threshold": 1.2}, r"confidence_threshold must be in \[0.0, 1.0\]"),
+        (
+            {"low_score_threshold": 0.6, "confidence_threshold": 0.5},
+            r"low_score_threshold must be in \[0.0, 0.5\), got 0.6",
+        ),
+    ],
+)
+def test_bad_hyper_parameters_raise(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DeepSortTracker(**kwargs)
+
+
+# --- embedders -----------------------------------------------------------------------------
+
+
+def test_histogram_embedder_rows_are_unit_float32() -> None:
+    embedder = HistogramEmbedder()
+    frame = _coloured_frame([_box(50, 50), _box(150, 50)], [(0, 0, 255), (255, 0, 0)])
+    boxes = np.array([_box(50, 50), _box(150, 50), [500, 500, 600, 600]], dtype=np.float32)
+    feats = embedder.embed(frame, boxes)
+    assert feats is not None and feats.dtype == np.float32
+    assert feats.shape == (3, embedder.dimension)
+    np.testing.assert_allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-6)
+    assert float(feats[0] @ feats[1]) < 0.1  # red vs blue crops differ
+    assert NoEmbedder().embed(frame, boxes) is None
+
+
+def test_histogram_embedder_rejects_bad_bins() -> None:
+    with pytest.raises(ValueError, match=r"hue_bins must be in \[1, 256\], got 0"):
+        HistogramEmbedder(hue_bins=0)
