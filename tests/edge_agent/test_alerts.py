@@ -1,0 +1,323 @@
+"""Alerts against a real Mosquitto broker: payload, availability, Last Will, outage, outbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from edge_agent.alerts import SCHEMA, AlertPublisher, EventIds, Outbox
+from edge_agent.config.mqtt import MqttConfig
+from edge_agent.rules.engine import NO_TRACK, RuleEvent
+from tests.fixtures.mqtt import MosquittoBroker, MosquittoBrokerFactory
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PREFIX = "va-test"
+AGENT = "edge-01"
+T0 = 1_764_485_750.125  # 2025-11-30T06:55:50.125Z
+
+
+@dataclass(frozen=True)
+class Received:
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+
+
+class Subscriber:
+    """A paho client that records what it receives on `topic_filter`."""
+
+    def __init__(
+        self,
+        broker: MosquittoBroker,
+        topic_filter: str,
+        *,
+        client_id: str | None = None,
+        clean_session: bool = True,
+    ) -> None:
+        self.messages: list[Received] = []
+        self._cond = threading.Condition()
+        self._subscribed = threading.Event()
+        self._filter = topic_filter
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id or f"sub-{uuid.uuid4().hex[:8]}",
+            clean_session=clean_session,
+        )
+        self.client.reconnect_delay_set(1, 1)
+        self.client.on_connect = self._on_connect
+        self.client.on_subscribe = lambda *_: self._subscribed.set()
+        self.client.on_message = self._on_message
+        self.client.connect(broker.host, broker.port, keepalive=10)
+        self.client.loop_start()
+        assert self._subscribed.wait(10), "subscription not acknowledged"
+
+    def _on_connect(self, client: mqtt.Client, *_: Any) -> None:
+        client.subscribe(self._filter, qos=1)
+
+    def _on_message(self, _c: mqtt.Client, _u: Any, msg: mqtt.MQTTMessage) -> None:
+        with self._cond:
+            self.messages.append(Received(msg.topic, msg.payload, msg.qos, bool(msg.retain)))
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[Received]], bool], timeout_s: float = 10) -> None:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: predicate(self.messages), timeout_s)
+        assert ok, f"timed out; received {self.messages!r}"
+
+    def on(self, topic: str) -> list[Received]:
+        with self._cond:
+            return [m for m in self.messages if m.topic == topic]
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def _config(broker: MosquittoBroker, outbox: Path) -> MqttConfig:
+    return MqttConfig(
+        host=broker.host, port=broker.port, topic_prefix=PREFIX, keepalive_s=5, outbox_path=outbox
+    )
+
+
+def _publisher(broker: MosquittoBroker, outbox: Path) -> AlertPublisher:
+    return AlertPublisher(_config(broker, outbox), AGENT, reconnect_min_s=1, reconnect_max_s=1)
+
+
+def _event(track_id: int = 7, **kw: Any) -> RuleEvent:
+    fields: dict[str, Any] = {
+        "rule": "door-enter",
+        "kind": "zone_enter",
+        "camera": "cam-1",
+        "track_id": track_id,
+        "class_id": 0,
+        "timestamp_s": T0,
+        "box": (10.0, 20.0, 110.0, 220.0),
+        "zone": "door",
+    }
+    fields.update(kw)
+    return RuleEvent(**fields)
+
+
+EVENTS_TOPIC = f"{PREFIX}/{AGENT}/events/cam-1/door-enter"
+AVAILABILITY = f"{PREFIX}/{AGENT}/availability"
+
+
+def test_event_ids_are_stable_over_the_lifecycle() -> None:
+    ids = EventIds(AGENT)
+    loiter = {"rule": "linger", "kind": "loiter", "zone": "door"}
+    start = ids.id_for(_event(3, phase="start", **loiter))
+    end = ids.id_for(_event(3, phase="end", timestamp_s=T0 + 30, **loiter))
+    assert start == end and len(ids) == 0
+    occ = {"rule": "crowd", "kind": "zone_occupancy", "track_id": NO_TRACK, "box": None}
+    first = ids.id_for(_event(phase="start", count=3, **occ))
+    update = ids.id_for(_event(phase="update", count=4, timestamp_s=T0 + 1, **occ))
+    last = ids.id_for(_event(phase="end", count=1, timestamp_s=T0 + 2, **occ))
+    assert first == update == last != start
+    assert ids.id_for(_event(phase="start", timestamp_s=T0 + 5, **occ)) != first
+    assert ids.id_for(_event(1)) == EventIds(AGENT).id_for(_event(1)) != ids.id_for(_event(2))
+
+
+def test_event_topic_payload_qos_and_retain(
+    mosquitto_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    sub = Subscriber(mosquitto_broker, f"{PREFIX}/#")
+    pub = _publisher(mosquitto_broker, tmp_path / "outbox.sqlite3")
+    pub.start()
+    try:
+        pub.publish_event(_event())
+        sub.wait_for(lambda ms: any(m.topic == EVENTS_TOPIC for m in ms))
+        assert pub.flush(5) and pub.outbox.depth() == 0
+    finally:
+        pub.close()
+        sub.close()
+    (msg,) = sub.on(EVENTS_TOPIC)
+    assert (msg.qos, msg.retain) == (1, False)
+    body = json.loads(msg.payload)
+    assert body == {
+        "schema": SCHEMA,
+        "event_id": EventIds(AGENT).id_for(_event()),
+        "phase": "start",
+        "rule": "door-enter",
+        "kind": "zone_enter",
+        "camera": "cam-1",
+        "agent": AGENT,
+        "track_id": 7,
+        "class": 0,
+        "timestamp": "2025-11-30T06:55:50.125Z",
+        "box": [10.0, 20.0, 110.0, 220.0],
+        "direction": None,
+        "zone": "door",
+        "line": None,
+        "count": None,
+    }
+    assert list(body)[:3] == ["schema", "event_id", "phase"]  # key order as documented
+    assert body["schema"] == "edge-alert/v1"
+
+
+def test_availability_is_retained_for_late_subscribers(
+    mosquitto_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    pub = _publisher(mosquitto_broker, tmp_path / "outbox.sqlite3")
+    pub.start()
+    assert pub.wait_connected(10)
+    pub.publish_status("cam-1", {"state": "streaming", "fps": 15})
+    assert pub.flush(5)
+    late = Subscriber(mosquitto_broker, f"{PREFIX}/{AGENT}/#")
+    late.wait_for(lambda ms: len(ms) >= 2)
+    assert late.on(AVAILABILITY) == [Received(AVAILABILITY, b"online", 1, True)]
+    (status,) = late.on(f"{PREFIX}/{AGENT}/status/cam-1")
+    assert status.retain and json.loads(status.payload) == {"fps": 15, "state": "streaming"}
+    late.close()
+    pub.close()
+    later = Subscriber(mosquitto_broker, AVAILABILITY)
+    later.wait_for(lambda ms: len(ms) >= 1)
+    later.close()
+    assert later.on(AVAILABILITY) == [Received(AVAILABILITY, b"offline", 1, True)]
+
+
+_CHILD = """
+import sys, time
+from edge_agent.alerts import AlertPublisher
+from edge_agent.config.mqtt import MqttConfig
+host, port, outbox = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+config = MqttConfig(host=host, port=port, topic_prefix="va-test", outbox_path=outbox)
+publisher = AlertPublisher(config, "edge-01")
+publisher.start()
+if not publisher.wait_connected(10):
+    sys.exit(2)
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+time.sleep(60)
+"""
+
+
+def test_last_will_sets_offline_when_the_process_dies(
+    mosquitto_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    sub = Subscriber(mosquitto_broker, AVAILABILITY)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            mosquitto_broker.host,
+            str(mosquitto_broker.port),
+            str(tmp_path / "outbox.sqlite3"),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        sub.wait_for(lambda ms: [m.payload for m in ms] == [b"online"])
+        child.kill()  # SIGKILL: no clean disconnect, the broker sends the Last Will
+        child.wait(10)
+        sub.wait_for(lambda ms: [m.payload for m in ms] == [b"online", b"offline"])
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        if child.stdout is not None:
+            child.stdout.close()
+        sub.close()
+    late = Subscriber(mosquitto_broker, AVAILABILITY)
+    late.wait_for(lambda ms: len(ms) >= 1)
+    late.close()
+    assert late.on(AVAILABILITY) == [Received(AVAILABILITY, b"offline", 1, True)]
+
+
+def test_broker_outage_loses_nothing_and_keeps_order(
+    mosquitto_broker_factory: MosquittoBrokerFactory, tmp_path: Path
+) -> None:
+    # Broker persistence keeps the subscriber's session (and its queue) across the restart, so the
+    # subscriber misses nothing however fast the publisher reconnects.
+    store = tmp_path / "broker-store"
+    store.mkdir()
+    broker = mosquitto_broker_factory(
+        extra_config=("persistence true", f"persistence_location {store}/")
+    )
+    sub = Subscriber(
+        broker, f"{PREFIX}/{AGENT}/events/#", client_id="sub-outage", clean_session=False
+    )
+    pub = _publisher(broker, tmp_path / "outbox.sqlite3")
+    pub.start()
+    try:
+        pub.publish_event(_event(0))
+        sub.wait_for(lambda ms: len(ms) == 1)
+        broker.stop()
+        for track_id in range(1, 6):
+            pub.publish_event(_event(track_id, timestamp_s=T0 + track_id))
+        assert pub.outbox.depth() == 5  # nothing acknowledged while the broker is down
+        broker.start()
+        sub.wait_for(lambda ms: len(ms) >= 6, timeout_s=15)
+        assert pub.flush(10) and pub.outbox.depth() == 0
+    finally:
+        pub.close()
+        sub.close()
+    tracks = [json.loads(m.payload)["track_id"] for m in sub.messages]
+    assert tracks == [0, 1, 2, 3, 4, 5], broker.log_tail()
+
+
+def test_outbox_persists_across_publisher_instances(
+    mosquitto_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    mosquitto_broker.stop()
+    first = _publisher(mosquitto_broker, path)
+    first.start()
+    for track_id in range(3):
+        first.publish_event(_event(track_id))
+    first.close(timeout_s=0.2)  # broker down: the events stay on disk
+    assert Outbox(path).depth() == 3
+
+    mosquitto_broker.start()
+    sub = Subscriber(mosquitto_broker, f"{PREFIX}/{AGENT}/events/#")
+    second = _publisher(mosquitto_broker, path)
+    second.start()
+    try:
+        sub.wait_for(lambda ms: len(ms) >= 3)
+        assert second.flush(5)
+    finally:
+        second.close()
+        sub.close()
+    assert [json.loads(m.payload)["track_id"] for m in sub.messages] == [0, 1, 2]
+    assert Outbox(path).depth() == 0
+
+
+def test_outbox_bounds_drop_the_oldest_and_count(tmp_path: Path) -> None:
+    now = [1000.0]
+    path = tmp_path / "outbox.sqlite3"
+    box = Outbox(path, max_rows=3, max_age_s=60, clock=lambda: now[0])
+    ids = [box.put(f"t/{i}", f"p{i}".encode(), 1, i % 2 == 0) for i in range(5)]
+    assert box.depth() == 3 and box.dropped == 2
+    rows = box.peek(10)
+    assert [r.id for r in rows] == ids[2:]
+    assert [(r.topic, r.payload, r.qos, r.retain) for r in rows][0] == ("t/2", b"p2", 1, True)
+    assert box.ack([ids[2], 99_999]) == 1 and box.depth() == 2
+    box.close()
+
+    reopened = Outbox(path, max_rows=3, max_age_s=60, clock=lambda: now[0])
+    assert reopened.depth() == 2 and reopened.dropped == 2
+    assert reopened.peek(1)[0].id == ids[3]
+    now[0] += 61  # both left rows expire
+    assert reopened.peek(10) == [] and reopened.dropped == 4
+    with pytest.raises(ValueError, match="max_rows"):
+        Outbox(path, max_rows=0)
+    reopened.close()
