@@ -42,9 +42,9 @@ from pathlib import Path
 import cv2
 import grpc
 import numpy as np
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cloud_service.jpeg import BgrImage, default_jpeg_decoder
+from cloud_service.server import wait_until_serving
 from detection.config import DetectorConfig
 from detection.detector import Detector
 from detection.runtimes.config import OnnxRuntimeConfig
@@ -186,21 +186,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_serving(channel: grpc.Channel, process: subprocess.Popen[str]) -> None:
-    stub = health_pb2_grpc.HealthStub(channel)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited: {process.communicate()[0]}")
-        try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)  # type: ignore[attr-defined]
-            if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                return
-        except grpc.RpcError:
-            time.sleep(0.2)
-    raise TimeoutError("server did not start")
-
-
 def _stream(
     stub: InferenceServiceStub,
     agent: str,
@@ -260,7 +245,9 @@ def _server_run(model: Model, jpegs: list[bytes], batch: int, streams: int) -> S
         )
         try:
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                _wait_serving(channel, process)
+                wait_until_serving(
+                    channel, SERVER_START_TIMEOUT_S, still_running=lambda: process.poll() is None
+                )
                 stub = InferenceServiceStub(channel)
                 sink: list[tuple[float, float, pb.FrameResult]] = []
                 lock = threading.Lock()

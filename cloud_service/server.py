@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent import futures
 from types import FrameType
 from typing import Any
@@ -191,3 +192,33 @@ def serve_until_signalled(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def wait_until_serving(
+    channel: grpc.Channel,
+    timeout_s: float,
+    *,
+    poll_interval_s: float = 0.2,
+    still_running: Callable[[], bool] | None = None,
+) -> None:
+    """Poll the standard health service on `channel` until it reports SERVING.
+
+    `still_running` (e.g. a server process's liveness) stops the wait early with a RuntimeError;
+    running out of `timeout_s` raises TimeoutError.
+    """
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if still_running is not None and not still_running():
+            raise RuntimeError("the server stopped before it reported SERVING")
+        try:
+            # the stub package declares the HealthStub methods only on its channel-bound type
+            reply = stub.Check(  # type: ignore[attr-defined]
+                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+            )
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(poll_interval_s)
+    raise TimeoutError(f"the server did not report SERVING within {timeout_s:g} s")

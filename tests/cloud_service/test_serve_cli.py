@@ -5,15 +5,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
 import numpy as np
 import numpy.typing as npt
 import simplejpeg
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cloud_service.server import wait_until_serving
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
 from tests.fixtures.processes import free_tcp_port
@@ -42,19 +41,6 @@ metrics:
 """
 
 
-def _wait_serving(channel: grpc.Channel) -> None:
-    stub = health_pb2_grpc.HealthStub(channel)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-            if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                return
-        except grpc.RpcError:
-            time.sleep(0.2)
-    raise TimeoutError("cloud-service did not report SERVING in time")
-
-
 def test_serve_answers_frames_and_drains_on_sigterm(
     tmp_path: Path, yolov5s_onnx: Path, bus_image: npt.NDArray[np.uint8]
 ) -> None:
@@ -70,7 +56,7 @@ def test_serve_answers_frames_and_drains_on_sigterm(
     )
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            _wait_serving(channel)
+            wait_until_serving(channel, STARTUP_TIMEOUT_S)
             jpeg = simplejpeg.encode_jpeg(np.ascontiguousarray(bus_image), colorspace="BGR")
             request = pb.FrameRequest(
                 camera_id="cam", frame_id=7, jpeg=jpeg, original_width=810, original_height=1080
