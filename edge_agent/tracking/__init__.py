@@ -1,6 +1,7 @@
 """Per-camera multi-object tracking: DeepSORT (Kalman + appearance cascade + IoU) with a
 ByteTrack-style second pass. Pure algorithms, no I/O."""
 
+from edge_agent.tracking.camera_tracker import CameraTracker
 from edge_agent.tracking.embedders import Embedder, HistogramEmbedder, NoEmbedder
 from edge_agent.tracking.kalman import CHI2INV95, KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
 from edge_agent.tracking.matching import (
@@ -17,6 +18,7 @@ from edge_agent.tracking.tracker import DeepSortTracker
 __all__ = [
     "CHI2INV95",
     "Assignment",
+    "CameraTracker",
     "DeepSortTracker",
     "Embedder",
     "HistogramEmbedder",
