@@ -18,32 +18,13 @@ Names (all prefixed `cloud_service_`):
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
-from threading import Thread
-from wsgiref.simple_server import WSGIServer
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from configkit.metrics import BATCH_BUCKETS, TIME_BUCKETS_S, MetricsExporter, serve_registry
 
-logger = logging.getLogger(__name__)
+__all__ = ["MetricsExporter", "ServiceMetrics", "start_metrics_exporter"]
 
 _PREFIX = "cloud_service_"
-_TIME_BUCKETS_S = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
-_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class ServiceMetrics:
@@ -55,25 +36,25 @@ class ServiceMetrics:
         self.queue_time = Histogram(
             f"{_PREFIX}queue_time_seconds",
             "Time from admission to batch formation, per frame.",
-            buckets=_TIME_BUCKETS_S,
+            buckets=TIME_BUCKETS_S,
             registry=reg,
         )
         self.batch_size = Histogram(
             f"{_PREFIX}batch_size_frames",
             "Frames per batch handed to the engine.",
-            buckets=_BATCH_BUCKETS,
+            buckets=BATCH_BUCKETS,
             registry=reg,
         )
         self.decode_time = Histogram(
             f"{_PREFIX}decode_time_seconds",
             "JPEG decoding time per batch.",
-            buckets=_TIME_BUCKETS_S,
+            buckets=TIME_BUCKETS_S,
             registry=reg,
         )
         self.inference_time = Histogram(
             f"{_PREFIX}inference_time_seconds",
             "Detector time per batch.",
-            buckets=_TIME_BUCKETS_S,
+            buckets=TIME_BUCKETS_S,
             registry=reg,
         )
         self.in_flight = Gauge(
@@ -104,28 +85,6 @@ class ServiceMetrics:
         self.rejected.labels(reason=reason).inc()
 
 
-@dataclass
-class MetricsExporter:
-    """A running `/metrics` HTTP endpoint; `close` stops it."""
-
-    server: WSGIServer
-    thread: Thread
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful when started on port 0)."""
-        return int(self.server.server_port)
-
-    def close(self) -> None:
-        """Stop serving and release the socket."""
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
-
-
 def start_metrics_exporter(metrics: ServiceMetrics, host: str, port: int) -> MetricsExporter:
     """Serve `metrics.registry` at `http://host:port/metrics` from a daemon thread."""
-    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
-    exporter = MetricsExporter(server, thread)
-    logger.info("Prometheus metrics on http://%s:%s/metrics", host, exporter.port)
-    return exporter
+    return serve_registry(metrics.registry, host, port)

@@ -1,0 +1,253 @@
+"""Prometheus metrics of the edge agent, in a registry owned by the agent (not the global one).
+
+Names (all prefixed `edge_agent_`):
+- `frames_total{camera}` (counter): frames analysed (detected, tracked, rules run).
+- `frames_dropped_total{camera}` (counter): frames the capture replaced before the pipeline took
+  them (the newest-frame slot's drop count).
+- `motion_skipped_frames_total{camera}` (counter): frames not analysed because nothing moved.
+- `camera_fps{camera}` (gauge): frames analysed per second, as the pipeline measures it.
+- `camera_state{camera, state}` (gauge): 1 for the camera's current capture state, 0 for the
+  others (`connecting`, `streaming`, `stalled`, `reconnecting`, `stopped`).
+- `reconnects_total{camera}` (counter): stream reconnects.
+- `detect_latency_seconds{runtime}` (histogram): detector run per batch.
+- `detect_batch_size` (histogram): frames per detector batch.
+- `track_latency_seconds{camera}`, `rules_latency_seconds{camera}` (histograms): per frame.
+- `end_to_end_latency_seconds{camera}` (histogram): capture to results ready, per frame.
+- `alert_latency_seconds` (histogram): capture to event queued in the outbox, per event.
+- `embedded_boxes_total{camera}` (counter): boxes that went through the appearance embedder.
+- `events_total{camera, rule, kind, phase}` (counter): rule events.
+- `outbox_depth` (gauge): alert messages waiting for the broker's acknowledgement.
+- `outbox_dropped_total` (counter): alert messages dropped by the outbox bounds.
+- `mqtt_connected`, `cloud_connected` (gauges): 1 while the connection is up.
+- `escalations_total{camera, outcome}` (counter): frames escalated to the cloud, by outcome
+  (`sent`, `answered`, `failed`, `dropped_budget`, `late`).
+- `escalation_round_trip_seconds` (histogram): escalation request to answer.
+
+Counters that the capture and the outbox keep themselves (drops, reconnects, outbox drops) are
+fed with their running totals through `set_*_total`, which adds the increase since the last call.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from configkit.common import MetricsConfig
+from configkit.metrics import BATCH_BUCKETS, TIME_BUCKETS_S, MetricsExporter, serve_registry
+
+__all__ = [
+    "CAMERA_STATES",
+    "ESCALATION_OUTCOMES",
+    "EdgeMetrics",
+    "MetricsExporter",
+    "start_edge_metrics_exporter",
+]
+
+_PREFIX: Final = "edge_agent_"
+
+CAMERA_STATES: Final = ("connecting", "streaming", "stalled", "reconnecting", "stopped")
+"""Values of the `state` label of `camera_state` (those of `capture.CaptureState`)."""
+
+ESCALATION_OUTCOMES: Final = ("sent", "answered", "failed", "dropped_budget", "late")
+"""Values of the `outcome` label of `escalations_total`."""
+
+
+class _RunningTotals:
+    """Turns running totals kept elsewhere into counter increments.
+
+    A total below the last one seen means its keeper restarted from zero: the whole new total is
+    the increase.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, ...], int] = {}
+        self._lock = threading.Lock()
+
+    def increase(self, key: tuple[str, ...], total: int) -> int:
+        if total < 0:
+            raise ValueError(f"a running total cannot be negative, got {total}")
+        with self._lock:
+            last = self._last.get(key, 0)
+            self._last[key] = total
+        return total - last if total >= last else total
+
+
+class EdgeMetrics:
+    """The agent's metrics, registered in `registry` (a fresh one unless given)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self._totals = _RunningTotals()
+        self._states: dict[str, str] = {}
+        self._states_lock = threading.Lock()
+
+        # -- cameras --------------------------------------------------------------------------
+        self.frames = Counter(f"{_PREFIX}frames", "Frames analysed.", ["camera"], registry=reg)
+        self.frames_dropped = Counter(
+            f"{_PREFIX}frames_dropped",
+            "Frames the capture replaced before the pipeline took them.",
+            ["camera"],
+            registry=reg,
+        )
+        self.motion_skipped_frames = Counter(
+            f"{_PREFIX}motion_skipped_frames",
+            "Frames not analysed because nothing moved.",
+            ["camera"],
+            registry=reg,
+        )
+        self.camera_fps = Gauge(
+            f"{_PREFIX}camera_fps", "Frames analysed per second.", ["camera"], registry=reg
+        )
+        self.camera_state = Gauge(
+            f"{_PREFIX}camera_state",
+            "1 for the camera's current capture state, 0 for the others.",
+            ["camera", "state"],
+            registry=reg,
+        )
+        self.reconnects = Counter(
+            f"{_PREFIX}reconnects", "Stream reconnects.", ["camera"], registry=reg
+        )
+
+        # -- pipeline stages --------------------------------------------------------------------
+        self.detect_latency = Histogram(
+            f"{_PREFIX}detect_latency_seconds",
+            "Detector run per batch.",
+            ["runtime"],
+            buckets=TIME_BUCKETS_S,
+            registry=reg,
+        )
+        self.detect_batch_size = Histogram(
+            f"{_PREFIX}detect_batch_size",
+            "Frames per detector batch.",
+            buckets=BATCH_BUCKETS,
+            registry=reg,
+        )
+        self.track_latency = Histogram(
+            f"{_PREFIX}track_latency_seconds",
+            "Tracker update (embedding included) per frame.",
+            ["camera"],
+            buckets=TIME_BUCKETS_S,
+            registry=reg,
+        )
+        self.rules_latency = Histogram(
+            f"{_PREFIX}rules_latency_seconds",
+            "Rules evaluation per frame.",
+            ["camera"],
+            buckets=TIME_BUCKETS_S,
+            registry=reg,
+        )
+        self.end_to_end_latency = Histogram(
+            f"{_PREFIX}end_to_end_latency_seconds",
+            "Capture to results ready, per frame.",
+            ["camera"],
+            buckets=TIME_BUCKETS_S,
+            registry=reg,
+        )
+        self.embedded_boxes = Counter(
+            f"{_PREFIX}embedded_boxes",
+            "Boxes that went through the appearance embedder.",
+            ["camera"],
+            registry=reg,
+        )
+
+        # -- alerts -----------------------------------------------------------------------------
+        self.events = Counter(
+            f"{_PREFIX}events",
+            "Rule events.",
+            ["camera", "rule", "kind", "phase"],
+            registry=reg,
+        )
+        self.alert_latency = Histogram(
+            f"{_PREFIX}alert_latency_seconds",
+            "Capture to event queued in the outbox, per event.",
+            buckets=TIME_BUCKETS_S,
+            registry=reg,
+        )
+        self.outbox_depth = Gauge(
+            f"{_PREFIX}outbox_depth",
+            "Alert messages waiting for the broker's acknowledgement.",
+            registry=reg,
+        )
+        self.outbox_dropped = Counter(
+            f"{_PREFIX}outbox_dropped",
+            "Alert messages dropped by the outbox bounds.",
+            registry=reg,
+        )
+        self.mqtt_connected = Gauge(
+            f"{_PREFIX}mqtt_connected", "1 while connected to the MQTT broker.", registry=reg
+        )
+
+        # -- escalation ---------------------------------------------------------------------------
+        self.escalations = Counter(
+            f"{_PREFIX}escalations",
+            "Frames escalated to the cloud, by outcome.",
+            ["camera", "outcome"],
+            registry=reg,
+        )
+        self.escalation_round_trip = Histogram(
+            f"{_PREFIX}escalation_round_trip_seconds",
+            "Escalation request to answer.",
+            buckets=TIME_BUCKETS_S,
+            registry=reg,
+        )
+        self.cloud_connected = Gauge(
+            f"{_PREFIX}cloud_connected", "1 while the cloud service is reachable.", registry=reg
+        )
+
+    def set_camera_state(self, camera: str, state: str) -> None:
+        """Mark `state` (one of `CAMERA_STATES`) as the camera's current one."""
+        if state not in CAMERA_STATES:
+            raise ValueError(f"unknown camera state {state!r}; expected one of {CAMERA_STATES}")
+        with self._states_lock:
+            self._states[camera] = state
+            for name in CAMERA_STATES:
+                self.camera_state.labels(camera=camera, state=name).set(1 if name == state else 0)
+
+    def camera_state_of(self, camera: str) -> str | None:
+        """The state last set for `camera`, or None."""
+        with self._states_lock:
+            return self._states.get(camera)
+
+    def set_frames_dropped_total(self, camera: str, total: int) -> None:
+        """Feed the capture slot's running drop count of `camera`."""
+        self.frames_dropped.labels(camera=camera).inc(
+            self._totals.increase(("drops", camera), total)
+        )
+
+    def set_reconnects_total(self, camera: str, total: int) -> None:
+        """Feed the capture source's running reconnect count of `camera`."""
+        self.reconnects.labels(camera=camera).inc(
+            self._totals.increase(("reconnects", camera), total)
+        )
+
+    def set_outbox_dropped_total(self, total: int) -> None:
+        """Feed the outbox's running count of dropped messages (kept across restarts)."""
+        self.outbox_dropped.inc(self._totals.increase(("outbox",), total))
+
+    def observe_event(self, camera: str, rule: str, kind: str, phase: str) -> None:
+        """Count one rule event."""
+        self.events.labels(camera=camera, rule=rule, kind=kind, phase=phase).inc()
+
+    def observe_escalation(self, camera: str, outcome: str) -> None:
+        """Count one escalation outcome (one of `ESCALATION_OUTCOMES`)."""
+        if outcome not in ESCALATION_OUTCOMES:
+            raise ValueError(
+                f"unknown escalation outcome {outcome!r}; expected one of {ESCALATION_OUTCOMES}"
+            )
+        self.escalations.labels(camera=camera, outcome=outcome).inc()
+
+
+def start_edge_metrics_exporter(
+    metrics: EdgeMetrics, config: MetricsConfig
+) -> MetricsExporter | None:
+    """Serve `metrics` as `config` says; None when metrics are disabled.
+
+    `listen_port` 0 binds a free port (`exporter.port` tells which). Raises `OSError` when the
+    address cannot be bound.
+    """
+    if not config.enabled:
+        return None
+    return serve_registry(metrics.registry, config.listen_host, config.listen_port)

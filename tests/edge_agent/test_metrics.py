@@ -1,0 +1,184 @@
+"""Edge agent metrics: names, labels and values, served over a real loopback HTTP endpoint."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from configkit.common import MetricsConfig
+from edge_agent.metrics import (
+    CAMERA_STATES,
+    EdgeMetrics,
+    MetricsExporter,
+    start_edge_metrics_exporter,
+)
+
+FAMILIES = {
+    "edge_agent_frames": "counter",
+    "edge_agent_frames_dropped": "counter",
+    "edge_agent_motion_skipped_frames": "counter",
+    "edge_agent_camera_fps": "gauge",
+    "edge_agent_camera_state": "gauge",
+    "edge_agent_reconnects": "counter",
+    "edge_agent_detect_latency_seconds": "histogram",
+    "edge_agent_detect_batch_size": "histogram",
+    "edge_agent_track_latency_seconds": "histogram",
+    "edge_agent_rules_latency_seconds": "histogram",
+    "edge_agent_end_to_end_latency_seconds": "histogram",
+    "edge_agent_alert_latency_seconds": "histogram",
+    "edge_agent_embedded_boxes": "counter",
+    "edge_agent_events": "counter",
+    "edge_agent_outbox_depth": "gauge",
+    "edge_agent_outbox_dropped": "counter",
+    "edge_agent_mqtt_connected": "gauge",
+    "edge_agent_escalations": "counter",
+    "edge_agent_escalation_round_trip_seconds": "histogram",
+    "edge_agent_cloud_connected": "gauge",
+}
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[EdgeMetrics, MetricsExporter]]:
+    metrics = EdgeMetrics()
+    exporter = start_edge_metrics_exporter(
+        metrics, MetricsConfig(listen_host="127.0.0.1", listen_port=0)
+    )
+    assert exporter is not None
+    yield metrics, exporter
+    exporter.close()
+
+
+def _scrape(port: int) -> str:
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (fixed http URL)
+        assert response.status == 200
+        body: bytes = response.read()
+    return body.decode()
+
+
+def test_endpoint_serves_every_family_with_its_labels_and_values(
+    served: tuple[EdgeMetrics, MetricsExporter],
+) -> None:
+    metrics, exporter = served
+    assert exporter.port > 0
+    metrics.frames.labels(camera="cam-1").inc(3)
+    metrics.set_frames_dropped_total("cam-1", 7)
+    metrics.camera_fps.labels(camera="cam-1").set(12.5)
+    metrics.set_camera_state("cam-1", "streaming")
+    metrics.detect_latency.labels(runtime="onnxruntime").observe(0.02)
+    metrics.detect_batch_size.observe(2)
+    metrics.end_to_end_latency.labels(camera="cam-1").observe(0.08)
+    metrics.observe_event("cam-1", "door-enter", "zone_enter", "start")
+    metrics.outbox_depth.set(4)
+    metrics.mqtt_connected.set(1)
+    metrics.observe_escalation("cam-1", "answered")
+
+    text = _scrape(exporter.port)
+
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    for name, kind in FAMILIES.items():
+        assert name in families, f"{name} missing from /metrics"
+        assert families[name].type == kind, name
+    values = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families.values()
+        for sample in family.samples
+    }
+    assert values[("edge_agent_frames_total", (("camera", "cam-1"),))] == 3
+    assert values[("edge_agent_frames_dropped_total", (("camera", "cam-1"),))] == 7
+    assert values[("edge_agent_camera_fps", (("camera", "cam-1"),))] == 12.5
+    assert values[("edge_agent_camera_state", (("camera", "cam-1"), ("state", "streaming")))] == 1
+    assert values[("edge_agent_camera_state", (("camera", "cam-1"), ("state", "stalled")))] == 0
+    assert values[("edge_agent_detect_latency_seconds_count", (("runtime", "onnxruntime"),))] == 1
+    assert values[("edge_agent_detect_latency_seconds_sum", (("runtime", "onnxruntime"),))] == 0.02
+    assert values[("edge_agent_detect_batch_size_bucket", (("le", "2.0"),))] == 1
+    event = {"camera": "cam-1", "rule": "door-enter", "kind": "zone_enter", "phase": "start"}
+    assert values[("edge_agent_events_total", tuple(sorted(event.items())))] == 1
+    assert values[("edge_agent_outbox_depth", ())] == 4
+    assert values[("edge_agent_mqtt_connected", ())] == 1
+    outcome = (("camera", "cam-1"), ("outcome", "answered"))
+    assert values[("edge_agent_escalations_total", outcome)] == 1
+
+
+def test_disabled_metrics_start_no_endpoint() -> None:
+    assert start_edge_metrics_exporter(EdgeMetrics(), MetricsConfig(enabled=False)) is None
+
+
+def test_each_instance_has_its_own_registry() -> None:
+    first, second = EdgeMetrics(), EdgeMetrics()
+    first.frames.labels(camera="cam-1").inc()
+    assert first.registry.get_sample_value("edge_agent_frames_total", {"camera": "cam-1"}) == 1
+    assert second.registry.get_sample_value("edge_agent_frames_total", {"camera": "cam-1"}) is None
+
+
+@pytest.mark.parametrize(
+    ("totals", "expected"),
+    [
+        ([0], 0),
+        ([5], 5),
+        ([5, 5, 9], 9),
+        ([5, 9, 2], 11),  # the keeper restarted: 9, then 2 more from zero
+        ([3, 0, 4], 7),
+    ],
+)
+def test_running_totals_become_counter_increments(totals: list[int], expected: int) -> None:
+    metrics = EdgeMetrics()
+    for total in totals:
+        metrics.set_frames_dropped_total("cam-1", total)
+        metrics.set_reconnects_total("cam-1", total)
+        metrics.set_outbox_dropped_total(total)
+    registry = metrics.registry
+    camera = {"camera": "cam-1"}
+    assert registry.get_sample_value("edge_agent_frames_dropped_total", camera) == expected
+    assert registry.get_sample_value("edge_agent_reconnects_total", camera) == expected
+    assert registry.get_sample_value("edge_agent_outbox_dropped_total") == expected
+
+
+def test_running_totals_are_per_camera() -> None:
+    metrics = EdgeMetrics()
+    metrics.set_frames_dropped_total("cam-1", 4)
+    metrics.set_frames_dropped_total("cam-2", 1)
+    metrics.set_frames_dropped_total("cam-1", 6)
+    registry = metrics.registry
+    assert registry.get_sample_value("edge_agent_frames_dropped_total", {"camera": "cam-1"}) == 6
+    assert registry.get_sample_value("edge_agent_frames_dropped_total", {"camera": "cam-2"}) == 1
+
+
+def test_a_negative_total_is_refused() -> None:
+    with pytest.raises(ValueError, match="negative, got -1"):
+        EdgeMetrics().set_frames_dropped_total("cam-1", -1)
+
+
+def test_camera_state_is_one_hot_across_changes() -> None:
+    metrics = EdgeMetrics()
+    metrics.set_camera_state("cam-1", "connecting")
+    metrics.set_camera_state("cam-1", "stalled")
+    assert metrics.camera_state_of("cam-1") == "stalled"
+    for state in CAMERA_STATES:
+        value = metrics.registry.get_sample_value(
+            "edge_agent_camera_state", {"camera": "cam-1", "state": state}
+        )
+        assert value == (1 if state == "stalled" else 0), state
+
+
+def test_capture_states_are_the_metric_states() -> None:
+    from edge_agent.capture import CaptureState
+
+    assert tuple(state.value for state in CaptureState) == CAMERA_STATES
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m: m.set_camera_state("cam-1", "on-fire"), "unknown camera state 'on-fire'"),
+        (lambda m: m.observe_escalation("cam-1", "lost"), "unknown escalation outcome 'lost'"),
+    ],
+)
+def test_unknown_label_values_are_refused(
+    call: Callable[[EdgeMetrics], None], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        call(EdgeMetrics())
