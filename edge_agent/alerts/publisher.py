@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from edge_agent.alerts.connection import configure_client
 from edge_agent.alerts.outbox import Outbox
 from edge_agent.alerts.payload import (
     AVAILABILITY_OFFLINE,
@@ -90,18 +90,7 @@ class AlertPublisher:
         self.client.will_set(self.availability_topic, AVAILABILITY_OFFLINE, qos=1, retain=True)
         self.client.reconnect_delay_set(min_delay=reconnect_min_s, max_delay=reconnect_max_s)
         self.client.max_inflight_messages_set(max(window, 20) + 2)
-        if config.username is not None:
-            password = (
-                config.password.resolve(environ=environ) if config.password is not None else None
-            )
-            self.client.username_pw_set(config.username, password)
-        if config.tls is not None:
-            self.client.tls_set(
-                ca_certs=str(config.tls.ca_path) if config.tls.ca_path else None,
-                certfile=str(config.tls.cert_path) if config.tls.cert_path else None,
-                keyfile=str(config.tls.key_path) if config.tls.key_path else None,
-                tls_version=ssl.PROTOCOL_TLS_CLIENT,
-            )
+        configure_client(self.client, config, environ)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_publish = self._on_publish
