@@ -13,6 +13,171 @@ from configkit.secrets import SecretRef
 from configkit.yaml_loader import config_error_at
 
 
+class EscalationWeights(StrictModel):
+    """Score added per occurrence of each hard-frame signal (each count capped, see `signals`)."""
+
+    uncertain: float = Field(
+        default=1.0, ge=0.0, le=100.0, description="Per detection in the uncertain confidence band."
+    )
+    new_track: float = Field(
+        default=0.5, ge=0.0, le=100.0, description="Per track started on this frame."
+    )
+    tentative_track: float = Field(
+        default=0.5, ge=0.0, le=100.0, description="Per older track not yet confirmed."
+    )
+    lost_track: float = Field(
+        default=0.75, ge=0.0, le=100.0, description="Per confirmed track missed on this frame."
+    )
+    small_object: float = Field(
+        default=0.5, ge=0.0, le=100.0, description="Per detection smaller than the small-area cut."
+    )
+    crowding: float = Field(
+        default=0.5, ge=0.0, le=100.0, description="Per detection overlapping another one."
+    )
+    motion_without_detections: float = Field(
+        default=1.0, ge=0.0, le=100.0, description="Once, when there is motion but no detection."
+    )
+
+
+class EscalationSignalsConfig(StrictModel):
+    """How a frame is scored: signal thresholds, weights and the score that makes it hard."""
+
+    score_threshold: float = Field(
+        default=1.0, gt=0.0, le=1_000.0, description="A frame scoring at least this is sent."
+    )
+    max_count_per_signal: int = Field(
+        default=3, ge=1, le=1_000, description="Occurrences of one signal counted per frame."
+    )
+    small_object_area_fraction: float = Field(
+        default=0.0025,
+        ge=0.0,
+        le=1.0,
+        description="A box covering less than this fraction of the frame is a small object.",
+    )
+    crowding_iou: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="Two boxes overlapping with at least this IoU count as crowding.",
+    )
+    motion_threshold: float = Field(
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        description="Motion score (fraction of changed pixels) that counts as motion.",
+    )
+    weights: EscalationWeights = Field(
+        default_factory=EscalationWeights, description="Score of each signal."
+    )
+
+
+class RegionEscalationConfig(StrictModel):
+    """Region escalation: send padded crops of the hard boxes instead of the whole frame."""
+
+    enabled: bool = Field(default=True, description="Send crops when the hard part is small.")
+    max_area_fraction: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="Send crops only while they cover at most this fraction of the frame.",
+    )
+    max_regions: int = Field(
+        default=4, ge=1, le=64, description="At most this many crops; more: the whole frame."
+    )
+    padding_fraction: float = Field(
+        default=0.25, ge=0.0, le=10.0, description="Margin around a box, as a fraction of its size."
+    )
+    min_size_px: int = Field(
+        default=64, ge=1, le=4_096, description="Smallest crop side in source pixels."
+    )
+    jpeg_quality: int = Field(
+        default=95, ge=1, le=100, description="JPEG quality of the crops (above the frame's)."
+    )
+
+
+class EscalationBackoffConfig(StrictModel):
+    """AIMD on the escalation rate: cut when the cloud is slow or overloaded, recover slowly."""
+
+    max_rtt_ms: float = Field(
+        default=1_000.0, gt=0.0, le=600_000.0, description="Round-trip time above it: back off."
+    )
+    max_queue_time_ms: float = Field(
+        default=200.0, gt=0.0, le=600_000.0, description="Cloud queue time above it: back off."
+    )
+    decrease_factor: float = Field(
+        default=0.5, gt=0.0, lt=1.0, description="The rate is multiplied by this on a back-off."
+    )
+    min_rate_fraction: float = Field(
+        default=0.05, gt=0.0, le=1.0, description="The rate never falls below this fraction."
+    )
+    recover_per_s: float = Field(
+        default=0.05,
+        gt=0.0,
+        le=10.0,
+        description="Fraction of the full rate regained per second without congestion.",
+    )
+    hold_ms: int = Field(
+        default=1_000,
+        ge=0,
+        le=600_000,
+        description="After a back-off, further congestion signals are ignored this long.",
+    )
+
+
+class CloudConnectionConfig(StrictModel):
+    """The gRPC stream to the cloud: send queue, keepalive, reconnect back-off."""
+
+    send_queue_frames: int = Field(
+        default=8, ge=1, le=1_024, description="Frames waiting to go on the stream; full: dropped."
+    )
+    result_queue_frames: int = Field(
+        default=256, ge=1, le=100_000, description="Answers kept for `poll_results`; oldest lost."
+    )
+    answer_grace_ms: int = Field(
+        default=2_000,
+        ge=0,
+        le=600_000,
+        description="An answer missing this long past its deadline fails the frame locally.",
+    )
+    keepalive_time_ms: int = Field(
+        default=30_000, ge=1_000, le=3_600_000, description="Ping the connection this often."
+    )
+    keepalive_timeout_ms: int = Field(
+        default=10_000, ge=100, le=600_000, description="Reconnect if a ping is unanswered."
+    )
+    reconnect_min_backoff_ms: int = Field(
+        default=500, ge=10, le=600_000, description="First wait before reopening a broken stream."
+    )
+    reconnect_max_backoff_ms: int = Field(
+        default=30_000, ge=10, le=3_600_000, description="Longest wait between reconnects."
+    )
+    reconnect_jitter_fraction: float = Field(
+        default=0.2, ge=0.0, le=1.0, description="Spread of each wait, +- this fraction."
+    )
+    auth_retry_ms: int = Field(
+        default=60_000,
+        ge=10,
+        le=3_600_000,
+        description="Wait before retrying after the cloud rejected the token (UNAUTHENTICATED).",
+    )
+    max_message_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1_024,
+        le=256 * 1024 * 1024,
+        description="Largest request sent / answer accepted.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.reconnect_min_backoff_ms > self.reconnect_max_backoff_ms:
+            raise config_error_at(
+                ("reconnect_min_backoff_ms",),
+                f"reconnect_min_backoff_ms ({self.reconnect_min_backoff_ms}) exceeds "
+                f"reconnect_max_backoff_ms ({self.reconnect_max_backoff_ms})",
+            )
+        return self
+
+
 class EscalationConfig(StrictModel):
     """Sending hard frames to the cloud service; the edge never waits for the answers."""
 
@@ -59,6 +224,24 @@ class EscalationConfig(StrictModel):
         ge=0.0,
         le=3_600.0,
         description="Send one frame per camera at least this often; 0 turns refreshes off.",
+    )
+    burst_s: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=600.0,
+        description="Token bucket depth: this many seconds of each budget can be spent at once.",
+    )
+    signals: EscalationSignalsConfig = Field(
+        default_factory=EscalationSignalsConfig, description="Scoring of hard frames."
+    )
+    regions: RegionEscalationConfig = Field(
+        default_factory=RegionEscalationConfig, description="Sending crops instead of frames."
+    )
+    backoff: EscalationBackoffConfig = Field(
+        default_factory=EscalationBackoffConfig, description="Slowing down when the cloud is."
+    )
+    connection: CloudConnectionConfig = Field(
+        default_factory=CloudConnectionConfig, description="The gRPC stream to the cloud."
     )
 
     @model_validator(mode="after")

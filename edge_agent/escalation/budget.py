@@ -1,0 +1,221 @@
+"""Escalation budget: token buckets per camera and per agent, scaled by an AIMD back-off.
+
+Pure: every method takes the current time (`now`, seconds on a monotonic clock) from the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from edge_agent.config.escalation import EscalationBackoffConfig, EscalationConfig
+
+logger = logging.getLogger(__name__)
+
+
+class TokenBucket:
+    """`rate_per_s` tokens per second up to `capacity`; starts full.
+
+    A cost larger than the capacity passes when the bucket is full and leaves it in debt, so a
+    frame bigger than the burst is not refused for ever while the long-run rate still holds.
+    """
+
+    def __init__(self, rate_per_s: float, capacity: float, now: float) -> None:
+        if rate_per_s <= 0.0:
+            raise ValueError(f"rate_per_s must be > 0, got {rate_per_s}")
+        if capacity <= 0.0:
+            raise ValueError(f"capacity must be > 0, got {capacity}")
+        self.rate_per_s = rate_per_s
+        self.capacity = capacity
+        self._tokens = capacity
+        self._last = now
+
+    def refill(self, now: float, rate_scale: float = 1.0) -> None:
+        """Add the tokens earned since the last refill at `rate_scale` times the rate."""
+        elapsed = max(0.0, now - self._last)
+        self._tokens = min(self.capacity, self._tokens + elapsed * self.rate_per_s * rate_scale)
+        self._last = max(self._last, now)
+
+    def tokens(self) -> float:
+        """Tokens available after the last refill (negative while in debt)."""
+        return self._tokens
+
+    def allows(self, cost: float) -> bool:
+        """Whether `cost` can be taken now (call `refill` first)."""
+        return self._tokens >= min(cost, self.capacity)
+
+    def take(self, cost: float) -> None:
+        """Spend `cost` tokens (may go into debt)."""
+        self._tokens -= cost
+
+    def clamp(self, fraction: float) -> None:
+        """Cap the tokens at `fraction` of the capacity (so a back-off also cuts the burst)."""
+        self._tokens = min(self._tokens, self.capacity * fraction)
+
+
+class AimdBackoff:
+    """A rate multiplier in [min_rate_fraction, 1]: cut by `decrease_factor` on congestion,
+    regained by `recover_per_s` per second; congestion within `hold_ms` of a cut is ignored,
+    so one slow spell (many late answers at once) costs a single cut."""
+
+    def __init__(self, config: EscalationBackoffConfig, now: float) -> None:
+        self._config = config
+        self._multiplier = 1.0
+        self._last = now
+        self._hold_until = now
+        self.decreases = 0
+
+    def multiplier(self, now: float) -> float:
+        """The multiplier at `now`, after additive recovery."""
+        self._recover(now)
+        return self._multiplier
+
+    def congested(self, now: float) -> bool:
+        """Record a congestion signal; True when it cut the rate (not held)."""
+        self._recover(now)
+        if now < self._hold_until:
+            return False
+        floor = self._config.min_rate_fraction
+        self._multiplier = max(floor, self._multiplier * self._config.decrease_factor)
+        self._hold_until = now + self._config.hold_ms / 1000.0
+        self.decreases += 1
+        return True
+
+    def is_congestion(
+        self, rtt_s: float | None, queue_time_ms: float | None, overloaded: bool
+    ) -> bool:
+        """Whether an answer's round trip, queue time or status says the cloud is congested."""
+        if overloaded:
+            return True
+        if rtt_s is not None and rtt_s * 1000.0 > self._config.max_rtt_ms:
+            return True
+        return queue_time_ms is not None and queue_time_ms > self._config.max_queue_time_ms
+
+    def _recover(self, now: float) -> None:
+        elapsed = max(0.0, now - self._last)
+        self._last = max(self._last, now)
+        self._multiplier = min(1.0, self._multiplier + elapsed * self._config.recover_per_s)
+
+
+@dataclass(frozen=True)
+class BudgetStats:
+    """Counters of an `EscalationBudget`, for metrics and status."""
+
+    granted: int
+    refused_camera: int
+    refused_agent: int
+    backoffs: int
+    rate_multiplier: float
+
+
+@dataclass
+class _CameraBuckets:
+    frames: TokenBucket
+    bytes: TokenBucket
+
+
+class EscalationBudget:
+    """Frames/s and bytes/s token buckets per camera and for the whole agent.
+
+    `try_acquire` takes from all four buckets only when all of them allow. Refill rates are
+    scaled by the AIMD multiplier that `observe` drives from the cloud's answers.
+    """
+
+    def __init__(self, config: EscalationConfig, now: float) -> None:
+        self._config = config
+        self._backoff = AimdBackoff(config.backoff, now)
+        self._agent = self._buckets(
+            config.per_agent_frames_per_s, config.per_agent_bytes_per_s, now
+        )
+        self._cameras: dict[str, _CameraBuckets] = {}
+        self._granted = 0
+        self._refused_camera = 0
+        self._refused_agent = 0
+
+    def _buckets(self, frames_per_s: float, bytes_per_s: float, now: float) -> _CameraBuckets:
+        burst = self._config.burst_s
+        return _CameraBuckets(
+            frames=TokenBucket(frames_per_s, max(1.0, frames_per_s * burst), now),
+            bytes=TokenBucket(bytes_per_s, bytes_per_s * burst, now),
+        )
+
+    def _camera(self, camera: str, now: float) -> _CameraBuckets:
+        buckets = self._cameras.get(camera)
+        if buckets is None:
+            config = self._config
+            buckets = self._buckets(
+                config.per_camera_frames_per_s, config.per_camera_bytes_per_s, now
+            )
+            self._cameras[camera] = buckets
+        return buckets
+
+    def _all_buckets(self, camera: _CameraBuckets) -> tuple[TokenBucket, ...]:
+        return (camera.frames, camera.bytes, self._agent.frames, self._agent.bytes)
+
+    def try_acquire(self, camera: str, n_bytes: int, now: float) -> bool:
+        """Spend one frame and `n_bytes` from `camera`'s and the agent's buckets if all allow."""
+        scale = self._backoff.multiplier(now)
+        own = self._camera(camera, now)
+        for bucket in self._all_buckets(own):
+            bucket.refill(now, scale)
+        if not (own.frames.allows(1.0) and own.bytes.allows(n_bytes)):
+            self._refused_camera += 1
+            return False
+        if not (self._agent.frames.allows(1.0) and self._agent.bytes.allows(n_bytes)):
+            self._refused_agent += 1
+            return False
+        for bucket, cost in zip(self._all_buckets(own), (1.0, n_bytes, 1.0, n_bytes), strict=True):
+            bucket.take(cost)
+        self._granted += 1
+        return True
+
+    def adjust_bytes(self, camera: str, delta_bytes: int) -> None:
+        """Correct a grant made on an estimate once the real size is known (`actual - estimate`)."""
+        own = self._cameras.get(camera)
+        if own is not None:
+            own.bytes.take(delta_bytes)
+        self._agent.bytes.take(delta_bytes)
+
+    def observe(
+        self,
+        now: float,
+        *,
+        rtt_s: float | None = None,
+        queue_time_ms: float | None = None,
+        overloaded: bool = False,
+    ) -> None:
+        """Feed back one cloud answer: its round trip, the cloud's queue time, and whether it
+        was refused for load (RESOURCE_EXHAUSTED / UNAVAILABLE). Congestion cuts the rate."""
+        if not self._backoff.is_congestion(rtt_s, queue_time_ms, overloaded):
+            return
+        # Earn the tokens due at the old rate before the rate changes.
+        scale = self._backoff.multiplier(now)
+        buckets = [b for c in self._cameras.values() for b in (c.frames, c.bytes)]
+        buckets += [self._agent.frames, self._agent.bytes]
+        for bucket in buckets:
+            bucket.refill(now, scale)
+        if self._backoff.congested(now):
+            multiplier = self._backoff.multiplier(now)
+            for bucket in buckets:
+                bucket.clamp(multiplier)
+            logger.info(
+                "escalation backs off to %.2f of its budget (rtt %s s, queue %s ms, overloaded %s)",
+                multiplier,
+                rtt_s,
+                queue_time_ms,
+                overloaded,
+            )
+
+    def rate_multiplier(self, now: float) -> float:
+        """The fraction of the configured rates currently allowed."""
+        return self._backoff.multiplier(now)
+
+    def stats(self, now: float) -> BudgetStats:
+        """Counters so far and the current rate multiplier."""
+        return BudgetStats(
+            granted=self._granted,
+            refused_camera=self._refused_camera,
+            refused_agent=self._refused_agent,
+            backoffs=self._backoff.decreases,
+            rate_multiplier=self._backoff.multiplier(now),
+        )

@@ -1,0 +1,149 @@
+"""JPEG encoding of escalated frames and regions, and `FrameRequest` building (analytics.v1)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from edge_agent.escalation.policy import EscalationDecision
+from edge_agent.escalation.roi import Box
+from protos.analytics.v1 import analytics_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+_NANOS_PER_SECOND = 1_000_000_000
+
+BgrImage = npt.NDArray[np.uint8]
+
+
+class EncodeError(ValueError):
+    """An image could not be JPEG-encoded (empty, wrong shape)."""
+
+
+def encode_jpeg(image: BgrImage, quality: int) -> bytes:
+    """`image` (BGR or grey, uint8) as a JPEG of `quality` (1-100)."""
+    if not 1 <= quality <= 100:
+        raise ValueError(f"JPEG quality must be in 1..100, got {quality}")
+    if image.size == 0 or image.ndim not in (2, 3):
+        raise EncodeError(f"cannot encode an image of shape {image.shape}")
+    ok, buffer = cv2.imencode(".jpg", image, [int(cv2.IMWRITE_JPEG_QUALITY), int(quality)])
+    if not ok:
+        raise EncodeError(f"OpenCV failed to encode an image of shape {image.shape}")
+    return bytes(buffer.tobytes())
+
+
+def timestamp_from_seconds(seconds: float) -> Timestamp:
+    """A `Timestamp` for POSIX seconds (e.g. `time.time()`), to the nanosecond."""
+    stamp = Timestamp()
+    stamp.FromNanoseconds(round(seconds * _NANOS_PER_SECOND))
+    return stamp
+
+
+def timestamp_to_seconds(stamp: Timestamp) -> float:
+    """POSIX seconds of a `Timestamp`."""
+    return stamp.seconds + stamp.nanos / _NANOS_PER_SECOND
+
+
+def crop(image: BgrImage, box: Box) -> BgrImage:
+    """The pixels of `image` inside `box` (whole-pixel edges, clipped to the image)."""
+    height, width = image.shape[:2]
+    x1, y1 = max(0, int(box[0])), max(0, int(box[1]))
+    x2, y2 = min(width, int(np.ceil(box[2]))), min(height, int(np.ceil(box[3])))
+    return image[y1:y2, x1:x2]
+
+
+def build_frame_request(
+    image: BgrImage,
+    *,
+    agent_id: str,
+    camera_id: str,
+    frame_id: int,
+    capture_time_s: float,
+    jpeg_quality: int,
+    regions: Sequence[Box] = (),
+    region_jpeg_quality: int | None = None,
+    deadline_s: float | None = None,
+    request_id: str = "",
+) -> pb.FrameRequest:
+    """A `FrameRequest` for `image`: the whole frame, or only JPEG crops of `regions`.
+
+    Times are POSIX seconds (wall clock). Region boxes are in `image` pixels, which are the
+    source pixels: the request states the original size so the cloud maps boxes back.
+    """
+    height, width = image.shape[:2]
+    request = pb.FrameRequest(
+        agent_id=agent_id,
+        camera_id=camera_id,
+        frame_id=frame_id,
+        request_id=request_id or f"{agent_id}/{camera_id}/{frame_id}",
+        original_width=width,
+        original_height=height,
+    )
+    request.capture_time.CopyFrom(timestamp_from_seconds(capture_time_s))
+    if deadline_s is not None:
+        request.deadline.CopyFrom(timestamp_from_seconds(deadline_s))
+    if not regions:
+        request.jpeg = encode_jpeg(image, jpeg_quality)
+        request.jpeg_quality = jpeg_quality
+        return request
+    quality = region_jpeg_quality if region_jpeg_quality is not None else jpeg_quality
+    request.jpeg_quality = quality
+    for box in regions:
+        pixels = crop(image, box)
+        if pixels.size == 0:
+            raise EncodeError(f"region {box} is outside the {width}x{height} frame")
+        x1, y1 = max(0, int(box[0])), max(0, int(box[1]))
+        request.regions.append(
+            pb.Region(
+                x1=float(x1),
+                y1=float(y1),
+                x2=float(x1 + pixels.shape[1]),
+                y2=float(y1 + pixels.shape[0]),
+                jpeg=encode_jpeg(pixels, quality),
+            )
+        )
+    return request
+
+
+def request_for_decision(
+    image: BgrImage,
+    decision: EscalationDecision,
+    *,
+    agent_id: str,
+    camera_id: str,
+    frame_id: int,
+    capture_time_s: float,
+    jpeg_quality: int,
+    region_jpeg_quality: int,
+    deadline_s: float | None = None,
+) -> pb.FrameRequest:
+    """The request a policy decision calls for: the whole frame or the decision's regions."""
+    regions = decision.regions if decision.mode == "regions" else ()
+    return build_frame_request(
+        image,
+        agent_id=agent_id,
+        camera_id=camera_id,
+        frame_id=frame_id,
+        capture_time_s=capture_time_s,
+        jpeg_quality=jpeg_quality,
+        regions=regions,
+        region_jpeg_quality=region_jpeg_quality,
+        deadline_s=deadline_s,
+    )
+
+
+def payload_bytes(request: pb.FrameRequest) -> int:
+    """JPEG bytes a request carries (whole frame plus regions), as the budget counts them."""
+    return len(request.jpeg) + sum(len(region.jpeg) for region in request.regions)
+
+
+def payload_pixels(request: pb.FrameRequest) -> int:
+    """Source pixels a request's JPEGs cover, for `EscalationPolicy.record_encoded`."""
+    if request.jpeg:
+        return int(request.original_width * request.original_height)
+    return int(sum((r.x2 - r.x1) * (r.y2 - r.y1) for r in request.regions))

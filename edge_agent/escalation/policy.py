@@ -1,0 +1,315 @@
+"""Escalation policy: score how hard a processed frame is and decide whether, and how, to send it.
+
+Pure: no clocks, no I/O. The caller passes `now` (monotonic seconds) and owns the encoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from detection.detections import Detections
+from edge_agent.config.escalation import EscalationConfig
+from edge_agent.escalation.budget import EscalationBudget
+from edge_agent.escalation.roi import Box, box_area, regions_for
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["frame", "regions"]
+
+# First guesses of JPEG bytes per source pixel, before any frame of a camera was encoded; then
+# replaced by a running average of what `record_encoded` reports.
+_INITIAL_BYTES_PER_PIXEL: dict[Mode, float] = {"frame": 0.15, "regions": 0.3}
+_BYTES_PER_PIXEL_SMOOTHING = 0.2
+
+# Signals whose boxes can be cropped (region mode); the others need the whole frame.
+BOX_SIGNALS = (
+    "uncertain",
+    "small_object",
+    "crowding",
+    "new_track",
+    "tentative_track",
+    "lost_track",
+)
+FRAME_SIGNALS = ("motion_without_detections", "refresh")
+
+
+class TrackLike(Protocol):
+    """What the policy reads from a tracker's track (`edge_agent.tracking.track.Track`)."""
+
+    @property
+    def age(self) -> int:
+        """Frames since the track started (1 on its first frame)."""
+        ...
+
+    @property
+    def time_since_update(self) -> int:
+        """Frames since the last matched detection."""
+        ...
+
+    @property
+    def is_tentative(self) -> bool:
+        """Not yet confirmed."""
+        ...
+
+    def to_xyxy(self) -> npt.NDArray[Any]:
+        """The current (predicted or corrected) box."""
+        ...
+
+
+@dataclass(frozen=True)
+class FrameSignals:
+    """What the edge knows about one processed frame that bears on its difficulty.
+
+    Box signals keep their boxes (source pixels) so that region escalation can crop them.
+    """
+
+    frame_width: int
+    frame_height: int
+    detection_count: int = 0
+    uncertain: tuple[Box, ...] = ()
+    small_objects: tuple[Box, ...] = ()
+    crowded: tuple[Box, ...] = ()
+    max_iou: float = 0.0
+    new_tracks: tuple[Box, ...] = ()
+    tentative_tracks: tuple[Box, ...] = ()
+    lost_tracks: tuple[Box, ...] = ()
+    motion_score: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.frame_width < 1 or self.frame_height < 1:
+            raise ValueError(
+                f"frame size must be positive, got {self.frame_width}x{self.frame_height}"
+            )
+        if self.motion_score is not None and not math.isfinite(self.motion_score):
+            raise ValueError(f"motion_score must be finite, got {self.motion_score}")
+
+    @classmethod
+    def from_frame(
+        cls,
+        detections: Detections,
+        tracks: Sequence[TrackLike],
+        frame_width: int,
+        frame_height: int,
+        config: EscalationConfig,
+        motion_score: float | None = None,
+    ) -> FrameSignals:
+        """Signals of a frame from its detections (after tracking) and the tracker's tracks."""
+        xyxy = detections.xyxy.astype(np.float64)
+        confidence = detections.confidence
+        low, high = config.uncertain_confidence_low, config.uncertain_confidence_high
+        uncertain = (confidence >= low) & (confidence < high)
+        areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
+        frame_area = float(frame_width * frame_height)
+        small = areas < config.signals.small_object_area_fraction * frame_area
+        best_iou = _max_iou_per_box(xyxy)
+        crowded = best_iou >= config.signals.crowding_iou
+        new = [t for t in tracks if t.age <= 1]
+        tentative = [t for t in tracks if t.is_tentative and t.age > 1]
+        lost = [t for t in tracks if t.time_since_update == 1 and not t.is_tentative]
+        return cls(
+            frame_width=frame_width,
+            frame_height=frame_height,
+            detection_count=len(detections),
+            uncertain=_boxes(xyxy[uncertain]),
+            small_objects=_boxes(xyxy[small]),
+            crowded=_boxes(xyxy[crowded]),
+            max_iou=float(best_iou.max()) if len(best_iou) else 0.0,
+            new_tracks=tuple(_track_box(t) for t in new),
+            tentative_tracks=tuple(_track_box(t) for t in tentative),
+            lost_tracks=tuple(_track_box(t) for t in lost),
+            motion_score=motion_score,
+        )
+
+
+def _boxes(xyxy: npt.NDArray[np.float64]) -> tuple[Box, ...]:
+    return tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in xyxy)
+
+
+def _track_box(track: TrackLike) -> Box:
+    b = np.asarray(track.to_xyxy(), dtype=np.float64).reshape(4)
+    return (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
+
+
+def _max_iou_per_box(xyxy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """For each box, its highest IoU with any other box (0 for a single box)."""
+    n = len(xyxy)
+    if n < 2:
+        return np.zeros(n, dtype=np.float64)
+    x1 = np.maximum(xyxy[:, None, 0], xyxy[None, :, 0])
+    y1 = np.maximum(xyxy[:, None, 1], xyxy[None, :, 1])
+    x2 = np.minimum(xyxy[:, None, 2], xyxy[None, :, 2])
+    y2 = np.minimum(xyxy[:, None, 3], xyxy[None, :, 3])
+    inter = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
+    areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
+    union = areas[:, None] + areas[None, :] - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ious = np.where(union > 0.0, inter / union, 0.0)
+    np.fill_diagonal(ious, 0.0)
+    return np.asarray(ious.max(axis=1), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class EscalationDecision:
+    """Whether to send a frame, why, and how (whole frame or crops of `regions`).
+
+    `send` is False for easy frames (`reasons` empty) and for hard ones the budget refused
+    (`refused_by_budget`). `estimated_bytes` is what the budget was charged.
+    """
+
+    send: bool
+    score: float
+    reasons: tuple[str, ...] = ()
+    mode: Mode = "frame"
+    regions: tuple[Box, ...] = ()
+    estimated_bytes: int = 0
+    refused_by_budget: bool = False
+
+
+@dataclass
+class _CameraState:
+    last_sent: float
+    bytes_per_pixel: dict[Mode, float] = field(
+        default_factory=lambda: dict(_INITIAL_BYTES_PER_PIXEL)
+    )
+
+
+class EscalationPolicy:
+    """Scores frames, picks frame or region mode, and spends the budget for the ones it sends.
+
+    One policy per agent (the budget is per agent and per camera). A camera's refresh clock
+    starts the first time one of its frames is decided on.
+    """
+
+    def __init__(self, config: EscalationConfig, budget: EscalationBudget) -> None:
+        self._config = config
+        self.budget = budget
+        self._cameras: dict[str, _CameraState] = {}
+
+    def score(self, signals: FrameSignals) -> tuple[float, tuple[str, ...]]:
+        """The weighted score of a frame's signals and the names of the signals that scored."""
+        weights = self._config.signals.weights
+        cap = self._config.signals.max_count_per_signal
+        counts = {
+            "uncertain": len(signals.uncertain),
+            "small_object": len(signals.small_objects),
+            "crowding": len(signals.crowded),
+            "new_track": len(signals.new_tracks),
+            "tentative_track": len(signals.tentative_tracks),
+            "lost_track": len(signals.lost_tracks),
+            "motion_without_detections": int(self._motion_without_detections(signals)),
+        }
+        total, reasons = 0.0, []
+        for name, count in counts.items():
+            part = float(getattr(weights, name)) * min(count, cap)
+            if part > 0.0:
+                total += part
+                reasons.append(name)
+        return total, tuple(reasons)
+
+    def _motion_without_detections(self, signals: FrameSignals) -> bool:
+        motion = signals.motion_score
+        threshold = self._config.signals.motion_threshold
+        return signals.detection_count == 0 and motion is not None and motion >= threshold
+
+    def decide(
+        self,
+        signals: FrameSignals,
+        camera: str,
+        now: float,
+        estimated_bytes: int | None = None,
+    ) -> EscalationDecision:
+        """Decide on one frame of `camera` at `now`; a send is charged to the budget.
+
+        `estimated_bytes` overrides the policy's own estimate of the encoded size.
+        """
+        state = self._cameras.setdefault(camera, _CameraState(last_sent=now))
+        score, reasons = self.score(signals)
+        hard = score >= self._config.signals.score_threshold
+        interval = self._config.refresh_interval_s
+        if interval > 0.0 and now - state.last_sent >= interval:
+            reasons = (*reasons, "refresh")
+            hard = True
+        if not hard:
+            return EscalationDecision(send=False, score=score, reasons=())
+        mode, regions = self._mode(signals, reasons)
+        if estimated_bytes is None:
+            estimated_bytes = self._estimate_bytes(state, signals, mode, regions)
+        granted = self.budget.try_acquire(camera, estimated_bytes, now)
+        if granted:
+            state.last_sent = now
+        else:
+            logger.debug("camera %s: hard frame (%s) refused by the budget", camera, reasons)
+        return EscalationDecision(
+            send=granted,
+            score=score,
+            reasons=reasons,
+            mode=mode,
+            regions=regions,
+            estimated_bytes=estimated_bytes,
+            refused_by_budget=not granted,
+        )
+
+    def _mode(
+        self, signals: FrameSignals, reasons: tuple[str, ...]
+    ) -> tuple[Mode, tuple[Box, ...]]:
+        """Region mode when only box signals fired and their padded crops are few and small."""
+        config = self._config.regions
+        if not config.enabled or any(r in FRAME_SIGNALS for r in reasons):
+            return "frame", ()
+        boxes = [box for name in reasons for box in self._signal_boxes(signals, name)]
+        if not boxes:
+            return "frame", ()
+        width, height = signals.frame_width, signals.frame_height
+        regions = regions_for(boxes, config.padding_fraction, config.min_size_px, width, height)
+        share = sum(box_area(r) for r in regions) / float(width * height)
+        if len(regions) > config.max_regions or share > config.max_area_fraction:
+            return "frame", ()
+        return "regions", tuple(regions)
+
+    @staticmethod
+    def _signal_boxes(signals: FrameSignals, name: str) -> tuple[Box, ...]:
+        return {
+            "uncertain": signals.uncertain,
+            "small_object": signals.small_objects,
+            "crowding": signals.crowded,
+            "new_track": signals.new_tracks,
+            "tentative_track": signals.tentative_tracks,
+            "lost_track": signals.lost_tracks,
+        }.get(name, ())
+
+    @staticmethod
+    def _estimate_bytes(
+        state: _CameraState, signals: FrameSignals, mode: Mode, regions: tuple[Box, ...]
+    ) -> int:
+        if mode == "frame":
+            pixels = float(signals.frame_width * signals.frame_height)
+        else:
+            pixels = sum(box_area(r) for r in regions)
+        return max(1, round(pixels * state.bytes_per_pixel[mode]))
+
+    def record_encoded(
+        self, camera: str, decision: EscalationDecision, n_bytes: int, pixels: int
+    ) -> None:
+        """Report the real JPEG size of a sent decision (`pixels`: source pixels encoded), to
+        correct the budget's charge and learn this camera's bytes per pixel."""
+        if not decision.send:
+            return
+        self.budget.adjust_bytes(camera, n_bytes - decision.estimated_bytes)
+        state = self._cameras.get(camera)
+        if state is None or pixels <= 0:
+            return
+        observed = n_bytes / pixels
+        previous = state.bytes_per_pixel[decision.mode]
+        alpha = _BYTES_PER_PIXEL_SMOOTHING
+        state.bytes_per_pixel[decision.mode] = (1.0 - alpha) * previous + alpha * observed
+
+    def forget(self, camera: str) -> None:
+        """Drop a camera's refresh clock and size estimate (camera removed or restarted)."""
+        self._cameras.pop(camera, None)

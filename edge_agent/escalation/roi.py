@@ -1,0 +1,86 @@
+"""Regions of interest for region escalation: pad, clip and merge boxes (pure geometry)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+Box = tuple[float, float, float, float]
+"""`(x1, y1, x2, y2)` in source-frame pixels."""
+
+
+def box_area(box: Box) -> float:
+    """Area of `box` (0 for degenerate boxes)."""
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+
+
+def iou(a: Box, b: Box) -> float:
+    """Intersection over union of two boxes; 0 when both are empty."""
+    inter = box_area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
+    union = box_area(a) + box_area(b) - inter
+    return inter / union if union > 0.0 else 0.0
+
+
+def pad_box(box: Box, padding_fraction: float, min_size_px: float, width: int, height: int) -> Box:
+    """`box` grown by `padding_fraction` of its size on each side, at least `min_size_px` a side
+    (as far as the frame allows), clipped to the `width` x `height` frame."""
+    x1, y1, x2, y2 = box
+    half_w = max((x2 - x1) * (0.5 + padding_fraction), min_size_px / 2.0)
+    half_h = max((y2 - y1) * (0.5 + padding_fraction), min_size_px / 2.0)
+    cx, cy = (x1 + x2) / 2.0, (y1 + y2) / 2.0
+    return _clip((cx - half_w, cy - half_h, cx + half_w, cy + half_h), width, height)
+
+
+def _clip(box: Box, width: int, height: int) -> Box:
+    x1, y1, x2, y2 = box
+    return (
+        min(max(0.0, x1), float(width)),
+        min(max(0.0, y1), float(height)),
+        min(max(0.0, x2), float(width)),
+        min(max(0.0, y2), float(height)),
+    )
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _union(a: Box, b: Box) -> Box:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+def merge_overlapping(boxes: Iterable[Box]) -> list[Box]:
+    """Replace overlapping boxes by their bounding box until none overlap; sorted by (y1, x1)."""
+    merged: list[Box] = []
+    for box in boxes:
+        current = box
+        # A union can reach boxes merged earlier, so re-scan until nothing overlaps.
+        changed = True
+        while changed:
+            changed = False
+            for index, other in enumerate(merged):
+                if _overlap(current, other):
+                    current = _union(current, merged.pop(index))
+                    changed = True
+                    break
+        merged.append(current)
+    return sorted(merged, key=lambda b: (b[1], b[0]))
+
+
+def regions_for(
+    boxes: Iterable[Box], padding_fraction: float, min_size_px: float, width: int, height: int
+) -> list[Box]:
+    """Padded, clipped and merged crops covering `boxes`, with integer pixel edges."""
+    padded = [pad_box(b, padding_fraction, min_size_px, width, height) for b in boxes]
+    snapped = [_snap(b, width, height) for b in padded]
+    return [b for b in merge_overlapping(snapped) if box_area(b) > 0.0]
+
+
+def _snap(box: Box, width: int, height: int) -> Box:
+    """Round outwards to whole pixels so crops and their coordinates agree exactly."""
+    x1, y1, x2, y2 = box
+    return _clip(
+        (float(math.floor(x1)), float(math.floor(y1)), float(math.ceil(x2)), float(math.ceil(y2))),
+        width,
+        height,
+    )
