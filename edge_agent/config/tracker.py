@@ -34,7 +34,38 @@ class TrackerConfig(StrictModel):
         description="Appearance features: MobileNetV2, colour histograms, or none (IoU only).",
     )
     embedder_model_path: Path | None = Field(
-        default=None, description="Model file of the `mobilenetv2` embedder."
+        default=None,
+        description="Model file of the `mobilenetv2` embedder: `.onnx` (ONNX Runtime) or "
+        "`.tflite` (LiteRT), e.g. models/embedder/mobilenetv2-224.onnx.",
+    )
+    embed_policy: Literal["all", "ambiguous"] = Field(
+        default="all",
+        description=(
+            "Which boxes the embedder sees: `all`, or only those whose match depends on "
+            "appearance (`ambiguous`): a box alone with its track, overlapping it, outside "
+            "every other track's gate and with no neighbour near, is matched without a "
+            "feature. Worth it with `mobilenetv2` (13-51 % fewer crops, IDF1 within 0.003 on "
+            "generated scenes); with `histogram` it saves little time and cost up to 0.05 IDF1."
+        ),
+    )
+    embed_refresh_frames: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description=(
+            "With `embed_policy: ambiguous`, a track matched without a feature still gets a "
+            "new one after this many frames, so its gallery stays current for re-identification "
+            "after an occlusion."
+        ),
+    )
+    embed_isolation_margin: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=10.0,
+        description=(
+            "With `embed_policy: ambiguous`, a box is still embedded when another box lies "
+            "within this fraction of its width / height of it (objects about to meet)."
+        ),
     )
     low_score_threshold: float | None = Field(
         default=None,

@@ -2,7 +2,13 @@
 ByteTrack-style second pass. Pure algorithms, no I/O."""
 
 from edge_agent.tracking.camera_tracker import CameraTracker
-from edge_agent.tracking.embedders import Embedder, HistogramEmbedder, NoEmbedder
+from edge_agent.tracking.cnn_embedder import MobileNetV2Embedder
+from edge_agent.tracking.embedders import (
+    Embedder,
+    HistogramEmbedder,
+    NoEmbedder,
+    build_embedder,
+)
 from edge_agent.tracking.kalman import CHI2INV95, KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
 from edge_agent.tracking.matching import (
     Assignment,
@@ -23,9 +29,11 @@ __all__ = [
     "Embedder",
     "HistogramEmbedder",
     "KalmanFilter",
+    "MobileNetV2Embedder",
     "NoEmbedder",
     "Track",
     "TrackState",
+    "build_embedder",
     "cosine_cost",
     "gate_cost_matrix",
     "iou_cost",

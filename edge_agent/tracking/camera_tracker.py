@@ -6,21 +6,38 @@ so the way embeddings are computed (every box, or only the ones matching needs) 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
-from edge_agent.tracking.embedders import Embedder, NoEmbedder
+from edge_agent.tracking.embedders import Embedder, Float32Array, NoEmbedder
 from edge_agent.tracking.tracker import DeepSortTracker
+
+EmbedPolicy = Literal["all", "ambiguous"]
 
 
 class CameraTracker:
-    """Tracks the detections of one camera, frame after frame."""
+    """Tracks the detections of one camera, frame after frame.
 
-    def __init__(self, tracker: DeepSortTracker, embedder: Embedder | None = None) -> None:
+    `embed_policy`: `all` embeds every box; `ambiguous` lets the tracker ask only for the
+    boxes whose match depends on appearance, plus periodic gallery refreshes
+    (`DeepSortTracker.certain_pairs`). `embedded_boxes` counts the boxes embedded so far.
+    """
+
+    def __init__(
+        self,
+        tracker: DeepSortTracker,
+        embedder: Embedder | None = None,
+        embed_policy: EmbedPolicy = "all",
+    ) -> None:
+        if embed_policy not in ("all", "ambiguous"):
+            raise ValueError(f"embed_policy must be 'all' or 'ambiguous', got {embed_policy!r}")
         self.tracker = tracker
         self.embedder: Embedder = embedder if embedder is not None else NoEmbedder()
+        self.embed_policy: EmbedPolicy = embed_policy
         self.embedded_boxes = 0  # boxes the embedder was run on, for metrics and benchmarks
 
     @classmethod
@@ -28,12 +45,25 @@ class CameraTracker:
         cls, config: TrackerConfig, confidence_threshold: float, embedder: Embedder | None = None
     ) -> CameraTracker:
         """A tracker with the `tracker:` settings and the given embedder (none: IoU only)."""
-        return cls(DeepSortTracker.from_config(config, confidence_threshold), embedder)
+        return cls(
+            DeepSortTracker.from_config(config, confidence_threshold),
+            embedder,
+            config.embed_policy,
+        )
 
     def update(self, frame: npt.NDArray[np.uint8], detections: Detections) -> Detections:
         """Advance one frame; returns `detections` with `tracker_id` filled in (-1: untracked)."""
-        embeddings = None
-        if len(detections) and not isinstance(self.embedder, NoEmbedder):
+        if isinstance(self.embedder, NoEmbedder) or not len(detections):
+            return self.tracker.update(detections)
+        if self.embed_policy == "all":
             embeddings = self.embedder.embed(frame, detections.xyxy)
             self.embedded_boxes += len(detections)
-        return self.tracker.update(detections, embeddings)
+            return self.tracker.update(detections, embeddings)
+
+        def embed(indices: list[int]) -> Float32Array | None:
+            if not indices:
+                return None
+            self.embedded_boxes += len(indices)
+            return self.embedder.embed(frame, detections.xyxy[indices])
+
+        return self.tracker.update(detections, embed=embed)

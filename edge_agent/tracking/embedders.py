@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from detection.errors import ModelLoadError
+from edge_agent.config.tracker import TrackerConfig
+from edge_agent.tracking.cnn_embedder import MobileNetV2Embedder
+
+logger = logging.getLogger(__name__)
 
 Float32Array = npt.NDArray[np.float32]
 
@@ -14,7 +21,10 @@ class Embedder(Protocol):
     """Turns the boxes of one frame into appearance features."""
 
     def embed(self, frame: npt.NDArray[np.uint8], xyxy: npt.ArrayLike) -> Float32Array | None:
-        """Features `(n, d)` float32 with unit-length rows for `xyxy (n, 4)`, or None."""
+        """Features `(n, d)` float32 for `xyxy (n, 4)`, or None.
+
+        Rows are unit length, except all-zero rows for boxes with no pixels in the frame.
+        """
         ...
 
 
@@ -94,3 +104,17 @@ class HistogramEmbedder:
             flat = (idx[0] * self.bins[1] + idx[1]) * self.bins[2] + idx[2]
             hist = np.bincount(flat, minlength=self.dimension).astype(np.float64)
         return (hist / np.linalg.norm(hist)).astype(np.float32)
+
+
+def build_embedder(config: TrackerConfig, threads: int = 1) -> Embedder:
+    """The embedder `config.embedder` names; `threads`: CPU threads of a CNN embedder.
+
+    Raises `ModelLoadError` when the `mobilenetv2` model file is missing or cannot be loaded.
+    """
+    if config.embedder == "none":
+        return NoEmbedder()
+    if config.embedder == "histogram":
+        return HistogramEmbedder()
+    if config.embedder_model_path is None:  # the config validator already refuses this
+        raise ModelLoadError("the mobilenetv2 embedder needs `embedder_model_path`")
+    return MobileNetV2Embedder(config.embedder_model_path, threads=threads)

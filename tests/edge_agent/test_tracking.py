@@ -9,8 +9,10 @@ import numpy.typing as npt
 import pytest
 
 from detection.detections import Detections
+from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking import (
     CHI2INV95,
+    CameraTracker,
     DeepSortTracker,
     HistogramEmbedder,
     KalmanFilter,
@@ -274,6 +276,8 @@ def test_embeddings_shape_is_checked() -> None:
             {"low_score_threshold": 0.6, "confidence_threshold": 0.5},
             r"low_score_threshold must be in \[0.0, 0.5\), got 0.6",
         ),
+        ({"feature_refresh_frames": 0}, r"feature_refresh_frames must be in \[1, 10000\], got 0"),
+        ({"isolation_margin": -1.0}, r"isolation_margin must be in \[0.0, 10.0\], got -1.0"),
     ],
 )
 def test_bad_hyper_parameters_raise(kwargs: dict[str, Any], message: str) -> None:
@@ -299,3 +303,85 @@ def test_histogram_embedder_rows_are_unit_float32() -> None:
 def test_histogram_embedder_rejects_bad_bins() -> None:
     with pytest.raises(ValueError, match=r"hue_bins must be in \[1, 256\], got 0"):
         HistogramEmbedder(hue_bins=0)
+
+
+# --- selective embedding -------------------------------------------------------------------
+
+
+class _RecordingEmbed:
+    """An `embed` callback over one frame's histogram features that records what it is asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[list[int]] = []
+        self.features: npt.NDArray[np.float32] | None = None
+
+    def __call__(self, indices: list[int]) -> npt.NDArray[np.float32] | None:
+        self.asked.append(list(indices))
+        return None if self.features is None else self.features[indices]
+
+
+def _crossing_frames(n_frames: int) -> list[tuple[npt.NDArray[np.uint8], Detections]]:
+    """Red and blue crossing (as in the crossing test) plus a green object far below."""
+    out = []
+    colours = [(0, 0, 220), (220, 40, 0), (0, 200, 0)]
+    for frame in range(n_frames):
+        boxes = [_box(40 + 10 * frame, 80), _box(440 - 10 * frame, 92), _box(60 + 3 * frame, 200)]
+        order = [0, 1, 2] if frame % 2 else [2, 1, 0]
+        out.append((_coloured_frame(boxes, colours), _dets([boxes[i] for i in order])))
+    return out
+
+
+def test_lazy_embedding_refreshed_every_frame_equals_embedding_all() -> None:
+    embedder = HistogramEmbedder()
+    eager = DeepSortTracker(n_init=2, max_iou_distance=0.9)
+    lazy = DeepSortTracker(n_init=2, max_iou_distance=0.9, feature_refresh_frames=1)
+    embed = _RecordingEmbed()
+    for image, dets in _crossing_frames(40):
+        expected = eager.update(dets, embedder.embed(image, dets.xyxy))
+        embed.features = embedder.embed(image, dets.xyxy)
+        got = lazy.update(dets, embed=embed)
+        np.testing.assert_array_equal(got.tracker_id, expected.tracker_id)
+    assert sum(len(a) for a in embed.asked) == 3 * 40  # every box is due every frame
+
+
+def test_isolated_tracks_are_embedded_at_birth_and_every_refresh() -> None:
+    tracker = DeepSortTracker(n_init=2, feature_refresh_frames=10)
+    embed = _RecordingEmbed()
+    embed.features = np.eye(2, 8, dtype=np.float32)
+    ids = []
+    for frame in range(30):
+        out = tracker.update(_dets([_box(50 + 2 * frame, 50), _box(300, 200 + frame)]), embed=embed)
+        ids.append(out.tracker_id.tolist())
+    asked = {frame: a for frame, a in enumerate(embed.asked) if a}
+    assert asked == {0: [0, 1], 10: [0, 1], 20: [0, 1]}
+    assert ids[-1] == [1, 2] and ids[1:] == [ids[-1]] * 29
+    assert all(len(t.features) == 3 for t in tracker.tracks)
+
+
+def test_objects_near_each_other_are_embedded_every_frame() -> None:
+    tracker = DeepSortTracker(n_init=2, feature_refresh_frames=10, isolation_margin=0.5)
+    embed = _RecordingEmbed()
+    embed.features = np.eye(2, 8, dtype=np.float32)
+    for frame in range(12):
+        # 10 px apart: within half a 40 px box of each other
+        tracker.update(_dets([_box(50 + frame, 50), _box(100 + frame, 50)]), embed=embed)
+    assert embed.asked == [[0, 1]] * 12
+
+
+def test_embed_and_embeddings_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="pass embeddings or embed, not both"):
+        DeepSortTracker().update(_dets([_box(50, 50)]), np.ones((1, 4)), embed=_RecordingEmbed())
+
+
+@pytest.mark.parametrize(("policy", "embedded"), [("all", 60), ("ambiguous", 6)])
+def test_camera_tracker_counts_embedded_boxes(policy: str, embedded: int) -> None:
+    config = TrackerConfig(n_init=2, embed_policy=policy, embed_refresh_frames=10)
+    tracker = CameraTracker.from_config(config, 0.5, HistogramEmbedder())
+    assert tracker.embed_policy == policy
+    for frame in range(30):
+        boxes = [_box(50 + 2 * frame, 50), _box(300, 150 + frame)]
+        image = _coloured_frame(boxes, [(0, 0, 220), (220, 40, 0)])
+        out = tracker.update(image, _dets(boxes))
+    assert tracker.embedded_boxes == embedded
+    assert out.tracker_id.tolist() == [1, 2]
+    assert CameraTracker.from_config(config, 0.5).update(image, _dets(boxes)) is not None
