@@ -50,14 +50,16 @@ class Track:
         self.time_since_update = 0
         self.state = TrackState.CONFIRMED if n_init <= 1 else TrackState.TENTATIVE
         self._class_votes: Counter[int] = Counter({class_id: 1})
+        self._cloud_votes: Counter[int] = Counter()
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
         self.history: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
         self._record(frame_index, xyxy, feature)
 
     @property
     def class_id(self) -> int:
-        """The class seen most often; ties go to the class seen first."""
-        return self._class_votes.most_common(1)[0][0]
+        """The class the cloud saw most often, else the edge's; ties go to the one seen first."""
+        votes = self._cloud_votes or self._class_votes
+        return votes.most_common(1)[0][0]
 
     @property
     def is_tentative(self) -> bool:
@@ -107,6 +109,28 @@ class Track:
         self._record(frame_index, xyxy, feature)
         if self.is_tentative and self.hits >= self.n_init:
             self.state = TrackState.CONFIRMED
+
+    def cloud_vote(self, class_id: int) -> None:
+        """Record the cloud model's class for this object; cloud votes outrank edge votes."""
+        self._cloud_votes[class_id] += 1
+
+    def confirm(self) -> None:
+        """Confirm a tentative track at once (the cloud saw the object too)."""
+        if self.is_tentative:
+            self.state = TrackState.CONFIRMED
+
+    def delete(self) -> None:
+        """Drop the track at the tracker's next update (the cloud saw nothing there)."""
+        self.state = TrackState.DELETED
+
+    def box_at(self, frame_index: int, tolerance_frames: int = 0) -> FloatArray | None:
+        """The measured box nearest to `frame_index` in the history, within the tolerance."""
+        best: tuple[int, FloatArray] | None = None
+        for index, xyxy in self.history:
+            gap = abs(index - frame_index)
+            if gap <= tolerance_frames and (best is None or gap < best[0]):
+                best = (gap, xyxy)
+        return None if best is None else best[1]
 
     def mark_missed(self) -> None:
         """Call on a frame without a match: tentative tracks die at once, others after

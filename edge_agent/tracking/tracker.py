@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
-from edge_agent.tracking.kalman import FloatArray, KalmanFilter, xyxy_to_xyah
+from edge_agent.tracking.kalman import CHI2INV95, FloatArray, KalmanFilter, xyxy_to_xyah
 from edge_agent.tracking.matching import (
     Assignment,
     cosine_cost,
@@ -20,6 +20,9 @@ from edge_agent.tracking.matching import (
     matching_cascade,
 )
 from edge_agent.tracking.track import Track
+
+#: `embed(detection_indices) -> features (len(indices), d)`, or None for no appearance.
+EmbedFunction = Callable[[list[int]], npt.ArrayLike | None]
 
 
 def _check_range(
@@ -39,6 +42,10 @@ class DeepSortTracker:
     `tracker_id` set where a detection is matched to a confirmed track and -1 elsewhere.
     Detections scoring below `confidence_threshold` only extend existing confirmed tracks
     (when `low_score_threshold` is set) and never start one.
+
+    Instead of embeddings, `update` may take an `embed` callback and ask it only for the
+    detections whose match depends on appearance (see `certain_pairs`); a track matched
+    without one still gets a fresh feature every `feature_refresh_frames` frames.
     """
 
     def __init__(
@@ -52,6 +59,8 @@ class DeepSortTracker:
         confidence_threshold: float = 0.0,
         second_pass_max_iou_distance: float = 0.5,
         history_size: int = 30,
+        feature_refresh_frames: int = 10,
+        isolation_margin: float = 0.5,
     ) -> None:
         _check_range("max_age_frames", max_age_frames, 1, 10_000)
         _check_range("n_init", n_init, 1, 100)
@@ -61,6 +70,8 @@ class DeepSortTracker:
         _check_range("confidence_threshold", confidence_threshold, 0.0, 1.0)
         _check_range("second_pass_max_iou_distance", second_pass_max_iou_distance, 0.0, 1.0)
         _check_range("history_size", history_size, 1, 100_000)
+        _check_range("feature_refresh_frames", feature_refresh_frames, 1, 10_000)
+        _check_range("isolation_margin", isolation_margin, 0.0, 10.0)
         if low_score_threshold is not None:
             _check_range(
                 "low_score_threshold",
@@ -78,10 +89,13 @@ class DeepSortTracker:
         self.confidence_threshold = float(confidence_threshold)
         self.second_pass_max_iou_distance = float(second_pass_max_iou_distance)
         self.history_size = int(history_size)
+        self.feature_refresh_frames = int(feature_refresh_frames)
+        self.isolation_margin = float(isolation_margin)
         self.kalman = KalmanFilter()
         self.tracks: list[Track] = []
         self.frame_index = -1
         self._next_id = 1
+        self._feature_frame: dict[int, int] = {}  # track id -> frame of its newest feature
 
     @classmethod
     def from_config(cls, config: TrackerConfig, confidence_threshold: float) -> DeepSortTracker:
@@ -94,10 +108,24 @@ class DeepSortTracker:
             gallery_size=config.gallery_size,
             low_score_threshold=config.low_score_threshold,
             confidence_threshold=confidence_threshold,
+            feature_refresh_frames=config.embed_refresh_frames,
+            isolation_margin=config.embed_isolation_margin,
         )
 
-    def update(self, detections: Detections, embeddings: npt.ArrayLike | None = None) -> Detections:
-        """Advance one frame; returns a new `Detections` with `tracker_id` filled in."""
+    def update(
+        self,
+        detections: Detections,
+        embeddings: npt.ArrayLike | None = None,
+        *,
+        embed: EmbedFunction | None = None,
+    ) -> Detections:
+        """Advance one frame; returns a new `Detections` with `tracker_id` filled in.
+
+        Appearance comes either as `embeddings` (one row per detection) or from `embed`,
+        called at most once with the indices of the detections that need a feature.
+        """
+        if embeddings is not None and embed is not None:
+            raise ValueError("pass embeddings or embed, not both")
         features = self._check_embeddings(detections, embeddings)
         self.frame_index += 1
         for track in self.tracks:
@@ -111,11 +139,27 @@ class DeepSortTracker:
             low = [int(i) for i in np.flatnonzero(is_low)]
 
         xyah = xyxy_to_xyah(detections.xyxy).reshape(-1, 4)
-        first = self._first_pass(detections, xyah, features, high)
+        settled: list[tuple[int, int]] = []
+        embedded = np.ones(len(detections), dtype=bool)
+        if embed is not None:
+            settled = self.certain_pairs(detections, xyah, high)
+            fresh = {d for t, d in settled if not self._feature_due(self.tracks[t])}
+            wanted = [d for d in high if d not in fresh]
+            features = self._check_embeddings(detections, embed(wanted), wanted)
+            embedded[:] = False
+            embedded[wanted] = features is not None
+        taken = {d for _, d in settled}
+        first = self._first_pass(
+            detections,
+            xyah,
+            features,
+            [d for d in high if d not in taken],
+            {t for t, _ in settled},
+        )
         second = self._second_pass(detections, first.unmatched_tracks, low)
 
-        for t, d in first.matches + second.matches:
-            feature = None if features is None else features[d]
+        for t, d in settled + first.matches + second.matches:
+            feature = None if features is None or not embedded[d] else features[d]
             self.tracks[t].update(
                 self.kalman,
                 xyah[d],
@@ -124,33 +168,138 @@ class DeepSortTracker:
                 self.frame_index,
                 feature,
             )
+            if feature is not None:
+                self._feature_frame[self.tracks[t].track_id] = self.frame_index
         for t in second.unmatched_tracks:
             self.tracks[t].mark_missed()
 
         tracker_id = np.full(len(detections), -1, dtype=np.int64)
-        for t, d in first.matches + second.matches:
+        class_id = detections.class_id.copy()
+        for t, d in settled + first.matches + second.matches:
             if self.tracks[t].is_confirmed:
                 tracker_id[d] = self.tracks[t].track_id
+                class_id[d] = self.tracks[t].class_id  # the track's vote, cloud answers included
         for d in first.unmatched_detections:
-            self._start_track(detections, xyah, features, d)
+            self._start_track(detections, xyah, features if embedded[d] else None, d)
             if self.tracks[-1].is_confirmed:
                 tracker_id[d] = self.tracks[-1].track_id
+        for track in self.tracks:
+            if track.is_deleted:
+                self._feature_frame.pop(track.track_id, None)
         self.tracks = [t for t in self.tracks if not t.is_deleted]
-        return detections.with_tracker_ids(tracker_id)
+        return Detections(detections.xyxy, detections.confidence, class_id, tracker_id)
+
+    def spawn_track(self, xyxy: npt.ArrayLike, class_id: int, frame_index: int) -> Track:
+        """Start a track for a box seen at past frame `frame_index` (a cloud answer) and predict
+        it forward to the current frame; returns it (tentative: the caller decides)."""
+        box = np.asarray(xyxy, dtype=np.float64).reshape(4)
+        mean, covariance = self.kalman.initiate(xyxy_to_xyah(box).reshape(4))
+        track = Track(
+            track_id=self._next_id,
+            mean=mean,
+            covariance=covariance,
+            class_id=int(class_id),
+            frame_index=frame_index,
+            xyxy=box,
+            n_init=self.n_init,
+            max_age=self.max_age_frames,
+            gallery_size=self.gallery_size,
+            history_size=self.history_size,
+        )
+        for _ in range(max(0, self.frame_index - frame_index)):
+            track.predict(self.kalman)
+        track.time_since_update = 0  # just seen (by the cloud), so not aged out at once
+        self._next_id += 1
+        self.tracks.append(track)
+        return track
+
+    def certain_pairs(
+        self, detections: Detections, xyah: FloatArray, high: list[int]
+    ) -> list[tuple[int, int]]:
+        """(track, detection) pairs that match whatever their appearance, as list indices.
+
+        A pair is certain when the IoU step would take it (the track was matched on the
+        previous frame and the boxes overlap enough) and neither side has any other
+        candidate: no other detection in the track's Kalman gate or IoU range, no other
+        track gating or overlapping the detection. Matching is then independent of
+        features: the cascade takes the pair or leaves both to the IoU step, which does.
+        Pairs with a neighbour within `isolation_margin` are left out too, so tracks about
+        to meet keep fresh features. Call after the tracks' predict step.
+        """
+        if not self.tracks or not high:
+            return []
+        boxes = np.stack([t.to_xyxy() for t in self.tracks])
+        overlap = iou_cost(boxes, detections.xyxy[high]) <= self.max_iou_distance
+        candidate = overlap | self._gate_mask(xyah[high])
+        alone = (candidate.sum(axis=1) == 1)[:, None] & (candidate.sum(axis=0) == 1)[None, :]
+        recent = np.array([t.time_since_update == 1 for t in self.tracks])[:, None]
+        apart = ~self._crowded(boxes, detections.xyxy[high])
+        rows, cols = np.nonzero(alone & overlap & recent & apart)
+        return [(int(r), high[int(c)]) for r, c in zip(rows, cols, strict=True)]
+
+    def _crowded(
+        self, track_boxes: FloatArray, detection_boxes: npt.ArrayLike
+    ) -> npt.NDArray[np.bool_]:
+        """`(tracks, detections)`: the track's box grown by `isolation_margin` of its size on
+        each side touches another track's box, or the detection's grown box another detection."""
+        margin = self.isolation_margin
+
+        def grow(b: FloatArray) -> FloatArray:
+            size = b[:, 2:] - b[:, :2]
+            return np.concatenate([b[:, :2] - margin * size, b[:, 2:] + margin * size], axis=1)
+
+        def touching(a: FloatArray, b: FloatArray) -> npt.NDArray[np.bool_]:
+            lt = np.maximum(a[:, None, :2], b[None, :, :2])
+            rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+            hit = np.all(rb > lt, axis=2)
+            np.fill_diagonal(hit, False)
+            return np.asarray(hit.any(axis=1), dtype=bool)
+
+        dets = np.asarray(detection_boxes, dtype=np.float64).reshape(-1, 4)
+        return (
+            touching(grow(track_boxes), track_boxes)[:, None] | touching(grow(dets), dets)[None, :]
+        )
+
+    def _gate_mask(self, xyah: FloatArray) -> npt.NDArray[np.bool_]:
+        """`(tracks, detections)`: inside the Kalman gate of a confirmed track (the cascade's)."""
+        mask = np.zeros((len(self.tracks), xyah.shape[0]), dtype=bool)
+        confirmed = [i for i, t in enumerate(self.tracks) if t.is_confirmed]
+        if not confirmed:
+            return mask
+        states = [(self.tracks[i].mean, self.tracks[i].covariance) for i in confirmed]
+        projected = [self.kalman.project(mean, covariance) for mean, covariance in states]
+        means = np.stack([m for m, _ in projected])  # (c, 4)
+        chol = np.linalg.cholesky(np.stack([c for _, c in projected]))  # (c, 4, 4)
+        diff = xyah[None, :, :] - means[:, None, :]  # (c, d, 4)
+        solved = np.linalg.solve(chol, diff.transpose(0, 2, 1))  # (c, 4, d)
+        mask[confirmed] = np.sum(solved * solved, axis=1) <= CHI2INV95[4]
+        return mask
+
+    def _feature_due(self, track: Track) -> bool:
+        last = self._feature_frame.get(track.track_id)
+        return last is None or self.frame_index - last >= self.feature_refresh_frames
 
     def _check_embeddings(
-        self, detections: Detections, embeddings: npt.ArrayLike | None
+        self,
+        detections: Detections,
+        embeddings: npt.ArrayLike | None,
+        rows: list[int] | None = None,
     ) -> FloatArray | None:
+        """Embeddings as float64 `(len(detections), d)`; `rows`: the detections they are for
+        (the others get zero rows, never read)."""
         if embeddings is None:
             return None
         features = np.asarray(embeddings, dtype=np.float64)
-        if features.ndim != 2 or features.shape[0] != len(detections):
-            raise ValueError(
-                f"embeddings must have shape ({len(detections)}, d), got {features.shape}"
-            )
+        expected = len(detections) if rows is None else len(rows)
+        if features.ndim != 2 or features.shape[0] != expected:
+            raise ValueError(f"embeddings must have shape ({expected}, d), got {features.shape}")
         if not np.all(np.isfinite(features)):
             raise ValueError("embeddings must be finite (no NaN or inf)")
-        return features
+        if rows is None:
+            return features
+        full = np.zeros((len(detections), features.shape[1]), dtype=np.float64)
+        full[rows] = features
+        return full
 
     def _first_pass(
         self,
@@ -158,10 +307,13 @@ class DeepSortTracker:
         xyah: FloatArray,
         features: FloatArray | None,
         high: list[int],
+        settled_tracks: set[int],
     ) -> Assignment:
-        """Appearance cascade for confirmed tracks, then IoU for the rest."""
-        confirmed = [i for i, t in enumerate(self.tracks) if t.is_confirmed]
-        unconfirmed = [i for i, t in enumerate(self.tracks) if not t.is_confirmed]
+        """Appearance cascade for confirmed tracks, then IoU for the rest (tracks already
+        settled by `certain_pairs` take no part)."""
+        open_tracks = [i for i in range(len(self.tracks)) if i not in settled_tracks]
+        confirmed = [i for i in open_tracks if self.tracks[i].is_confirmed]
+        unconfirmed = [i for i in open_tracks if not self.tracks[i].is_confirmed]
         if features is not None:
             feats = features
 
@@ -228,4 +380,6 @@ class DeepSortTracker:
                 feature=None if features is None else features[d],
             )
         )
+        if features is not None:
+            self._feature_frame[self._next_id] = self.frame_index
         self._next_id += 1

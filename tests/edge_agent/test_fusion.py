@@ -1,0 +1,110 @@
+"""Fusion of late cloud answers into the tracks as they were at the answer's frame."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from detection.detections import Detections
+from edge_agent.tracking import DeepSortTracker
+from edge_agent.tracking.fusion import FusionSettings, fuse_answer
+
+PERSON, CAR = 0, 1
+
+
+def _dets(*rows: tuple[float, float, float, float, float, int]) -> Detections:
+    if not rows:
+        return Detections.empty()
+    array = np.array([r[:5] for r in rows], dtype=np.float64)
+    return Detections(array[:, :4], array[:, 4], np.array([r[5] for r in rows]))
+
+
+def _moving_box(frame: int, x0: float = 100.0, speed: float = 4.0) -> tuple[float, ...]:
+    x = x0 + speed * frame
+    return (x, 100.0, x + 40.0, 200.0)
+
+
+def _run(tracker: DeepSortTracker, frames: range, boxes: list[tuple[float, ...]], cls: int) -> None:
+    for f in frames:
+        tracker.update(_dets(*[(*b(f), 0.9, cls) for b in boxes]))  # type: ignore[operator]
+
+
+def test_cloud_class_overrides_the_edge_class_of_the_track_at_that_frame() -> None:
+    tracker = DeepSortTracker(n_init=2)
+    for f in range(10):
+        tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
+    (track,) = tracker.tracks
+    result = fuse_answer(tracker, 5, _dets((*_moving_box(5), 0.95, PERSON)))
+    assert (result.matched, result.reclassified) == (1, 1)
+    assert track.class_id == PERSON
+    out = tracker.update(_dets((*_moving_box(10), 0.9, CAR)))
+    assert out.class_id.tolist() == [PERSON]  # the rules see the corrected class
+
+
+def test_a_tentative_track_is_confirmed_or_removed_by_the_cloud() -> None:
+    tracker = DeepSortTracker(n_init=5)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON), (*_moving_box(f, x0=400), 0.9, CAR)))
+    real, ghost = tracker.tracks
+    assert real.is_tentative and ghost.is_tentative
+    result = fuse_answer(tracker, 2, _dets((*_moving_box(2), 0.9, PERSON)))
+    assert (result.confirmed, result.removed) == (1, 1)
+    assert [t.track_id for t in tracker.tracks] == [real.track_id] and real.is_confirmed
+
+
+def test_an_object_the_edge_missed_becomes_a_track_propagated_to_now() -> None:
+    tracker = DeepSortTracker(n_init=2, low_score_threshold=0.1, confidence_threshold=0.5)
+    for _ in range(8):
+        tracker.update(Detections.empty())
+    result = fuse_answer(tracker, 3, _dets((300.0, 50.0, 340.0, 150.0, 0.8, PERSON)))
+    assert result.created == 1
+    (track,) = tracker.tracks
+    assert track.is_confirmed and track.class_id == PERSON
+    # The edge's weak detection of it (below the start threshold) now extends the track.
+    out = tracker.update(_dets((301.0, 51.0, 341.0, 151.0, 0.2, PERSON)))
+    assert out.tracker_id.tolist() == [track.track_id]
+
+
+def test_low_scoring_or_already_tracked_cloud_boxes_start_nothing() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    for f in range(6):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
+    weak = (500.0, 50.0, 540.0, 150.0, 0.3, PERSON)
+    moved_on = (*_moving_box(6), 0.9, PERSON)  # where the tracked object is now, not at frame 2
+    result = fuse_answer(tracker, 2, _dets(weak, moved_on))
+    assert result.created == 0 and len(tracker.tracks) == 1
+
+
+def test_regions_limit_what_the_cloud_can_confirm_remove_or_create() -> None:
+    tracker = DeepSortTracker(n_init=5)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON), (*_moving_box(f, x0=400), 0.9, CAR)))
+    region = (380.0, 80.0, 480.0, 220.0)  # around the second object only
+    outside = (20.0, 20.0, 60.0, 80.0, 0.9, PERSON)
+    result = fuse_answer(tracker, 2, _dets(outside), regions=[region])
+    assert (result.removed, result.created) == (1, 0)
+    assert len(tracker.tracks) == 1 and tracker.tracks[0].history[0][1][0] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("answer_frame", [-1, 30, 3])
+def test_answers_past_the_horizon_or_from_the_future_are_dropped(answer_frame: int) -> None:
+    tracker = DeepSortTracker(n_init=1)
+    for f in range(20 if answer_frame != 3 else 40):
+        tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
+    if answer_frame == -1:
+        answer_frame = tracker.frame_index + 1
+    result = fuse_answer(
+        tracker, answer_frame, _dets((*_moving_box(3), 0.9, PERSON)), settings=FusionSettings()
+    )
+    assert result.dropped_late and tracker.tracks[0].class_id == CAR
+
+
+def test_box_offset_at_that_frame_nudges_the_current_state() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    for f in range(10):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
+    before = tracker.tracks[0].to_xyxy().copy()
+    x1, y1, x2, y2 = _moving_box(6)
+    fuse_answer(tracker, 6, _dets((x1 + 10.0, y1, x2 + 10.0, y2, 0.9, PERSON)))
+    shift = tracker.tracks[0].to_xyxy() - before
+    assert shift[0] == pytest.approx(5.0, abs=0.5) and shift[1] == pytest.approx(0.0, abs=0.5)
