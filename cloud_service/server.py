@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent import futures
-from types import FrameType
 from typing import Any
 
 import grpc
@@ -23,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from cloud_service.auth import BearerTokenInterceptor, tokens_from_secret
 from cloud_service.config import ServerConfig, TlsConfig
+from configkit.signals import stop_on_signals
 from protos.analytics.v1 import analytics_pb2
 from protos.analytics.v1.analytics_pb2_grpc import (
     InferenceServiceServicer,
@@ -175,23 +175,12 @@ def serve_until_signalled(
     Installs signal handlers, so call it from the main thread; previous handlers are restored.
     """
     stop = stop_event if stop_event is not None else threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info(
-            "received %s: draining for up to %.1f s", signal.Signals(signum).name, grace_period_s
-        )
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
-    try:
+    with stop_on_signals(stop, signals, what=f"draining for up to {grace_period_s:.1f} s"):
         server.start()
         logger.info("serving")
         stop.wait()
         server.stop(grace_period_s).wait()
         logger.info("stopped")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def wait_until_serving(

@@ -87,8 +87,51 @@ def _add_detect(subparsers: Subparsers) -> None:
     parser.set_defaults(handler=_detect)
 
 
+def _run(args: argparse.Namespace) -> int:
+    from edge_agent.run_command import run_agent
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run_agent(args.config, max_runtime_s=args.max_runtime_s, err=sys.stderr)
+
+
+def _add_run(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the agent: cameras, detection, tracking, rules, MQTT alerts (the service)",
+        description="Runs until SIGTERM or SIGINT, then flushes alerts and exits 0.",
+    )
+    parser.add_argument("--config", required=True, help="edge agent YAML config")
+    parser.add_argument(
+        "--max-runtime-s",
+        type=float,
+        default=None,
+        help="stop on its own after this many seconds (demos, tests)",
+    )
+    add_log_level_argument(parser, "INFO")
+    parser.set_defaults(handler=_run)
+
+
+def _add_alerts(subparsers: Subparsers) -> None:
+    from edge_agent.alerts.subscriber import add_alerts_arguments, alerts_command
+
+    parser = subparsers.add_parser(
+        "alerts",
+        help="subscribe to the agent's MQTT alerts and print them as they arrive",
+        description="Reads the broker settings from the agent's config file.",
+    )
+    add_alerts_arguments(parser)
+    parser.set_defaults(handler=alerts_command)
+
+
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
-_SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (_add_validate_config, _add_detect)
+_SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (
+    _add_validate_config,
+    _add_run,
+    _add_alerts,
+    _add_detect,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -223,6 +223,11 @@ class EdgeMetrics:
             self._totals.increase(("reconnects", camera), total)
         )
 
+    def set_camera_total(self, counter: Counter, camera: str, total: int) -> None:
+        """Feed a running per-camera total kept elsewhere into `counter` (labelled `camera`)."""
+        key = (counter._name, camera)  # noqa: SLF001 - the name is public in the exposition
+        counter.labels(camera=camera).inc(self._totals.increase(key, total))
+
     def set_outbox_dropped_total(self, total: int) -> None:
         """Feed the outbox's running count of dropped messages (kept across restarts)."""
         self.outbox_dropped.inc(self._totals.increase(("outbox",), total))

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.grpc_server",
     "tests.fixtures.mqtt",
     "tests.fixtures.rtsp",
+    "tests.fixtures.scenes",
 ]

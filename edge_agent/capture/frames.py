@@ -37,7 +37,9 @@ class LatestFrameSlot:
     newest frame not yet returned, waiting up to `timeout_s` for one. Thread-safe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, notify: threading.Event | None = None) -> None:
+        """`notify`, if given, is set on every `put` (one event can watch many slots)."""
+        self._notify = notify
         self._cond = threading.Condition()
         self._frame: CapturedFrame | None = None
         self._unseen = False
@@ -72,6 +74,8 @@ class LatestFrameSlot:
             self._unseen = True
             self._puts += 1
             self._cond.notify_all()
+        if self._notify is not None:
+            self._notify.set()
 
     def get(self, timeout_s: float | None = None) -> CapturedFrame | None:
         """The newest unreturned frame; None on timeout or close (`timeout_s` None: no limit)."""

@@ -28,6 +28,7 @@ import numpy as np
 
 from edge_agent.capture.backoff import Backoff
 from edge_agent.capture.frames import CapturedFrame, LatestFrameSlot
+from edge_agent.capture.urls import redact_url
 from edge_agent.config.camera import CaptureConfig
 
 logger = logging.getLogger(__name__)
@@ -361,7 +362,7 @@ class CameraSource:
     def _describe(self) -> str:
         if self.config.gstreamer_pipeline is not None:
             return "GStreamer pipeline"
-        return self.url
+        return redact_url(self.url)
 
     def _record_error(self, line: str) -> None:
         stamped = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}"

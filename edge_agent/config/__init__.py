@@ -4,6 +4,7 @@ from edge_agent.config.agent import AgentConfig
 from edge_agent.config.camera import CameraConfig, CaptureConfig
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.config.geometry import LineConfig, ZoneConfig
+from edge_agent.config.motion import MotionConfig
 from edge_agent.config.mqtt import MqttConfig, MqttTlsConfig
 from edge_agent.config.root import EdgeAgentConfig
 from edge_agent.config.rules import (
@@ -25,6 +26,7 @@ __all__ = [
     "LineConfig",
     "LineCrossRule",
     "LoiterRule",
+    "MotionConfig",
     "MqttConfig",
     "MqttTlsConfig",
     "RuleConfig",

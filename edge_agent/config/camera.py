@@ -13,6 +13,7 @@ from configkit.secrets import SecretRef
 from configkit.yaml_loader import config_error_at
 from edge_agent.config.agent import NAME_PATTERN
 from edge_agent.config.geometry import LineConfig, ZoneConfig
+from edge_agent.config.motion import MotionConfig
 from edge_agent.config.rules import LineCrossRule, RuleConfig
 
 _STREAM_SCHEMES = ("rtsp", "rtsps")
@@ -93,7 +94,13 @@ class CameraConfig(StrictModel):
     target_fps: float = Field(
         default=10.0, gt=0.0, le=120.0, description="Frames per second to analyse (others dropped)."
     )
+    loop_file: bool = Field(
+        default=True, description="Replay a video file source from the start when it ends."
+    )
     capture: CaptureConfig = Field(default_factory=CaptureConfig, description="Capture behaviour.")
+    motion: MotionConfig = Field(
+        default_factory=MotionConfig, description="Skip detection on frames without motion."
+    )
     zones: list[ZoneConfig] = Field(
         default_factory=list, max_length=256, description="Named polygons used by rules."
     )

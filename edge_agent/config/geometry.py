@@ -21,6 +21,44 @@ def _check_units(points: list[Point] | tuple[Point, ...], units: Units) -> None:
             raise ValueError(f"pixel point ({x}, {y}) is negative")
 
 
+def _orientation(a: Point, b: Point, c: Point) -> float:
+    return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+
+
+def _on_segment(a: Point, b: Point, p: Point) -> bool:
+    return min(a[0], b[0]) <= p[0] <= max(a[0], b[0]) and min(a[1], b[1]) <= p[1] <= max(a[1], b[1])
+
+
+def _segments_touch(p1: Point, p2: Point, q1: Point, q2: Point) -> bool:
+    """Whether closed segments p1-p2 and q1-q2 share a point (crossing or touching)."""
+    d1, d2 = _orientation(q1, q2, p1), _orientation(q1, q2, p2)
+    d3, d4 = _orientation(p1, p2, q1), _orientation(p1, p2, q2)
+    if ((d1 > 0) != (d2 > 0)) and d1 != 0 and d2 != 0 and ((d3 > 0) != (d4 > 0)) and d3 and d4:
+        return True
+    return any(
+        d == 0 and _on_segment(a, b, p)
+        for d, a, b, p in ((d1, q1, q2, p1), (d2, q1, q2, p2), (d3, p1, p2, q1), (d4, p1, p2, q2))
+    )
+
+
+def first_self_intersection(points: list[Point] | tuple[Point, ...]) -> tuple[int, int] | None:
+    """Indices `(i, j)` of the first two non-adjacent edges of a closed polygon that meet."""
+    n = len(points)
+    edges = [(points[i], points[(i + 1) % n]) for i in range(n)]
+    for i in range(n):
+        for j in range(i + 2, n):
+            if i == 0 and j == n - 1:
+                continue  # adjacent through the closing edge
+            if _segments_touch(*edges[i], *edges[j]):
+                return i, j
+    return None
+
+
+def _edge_text(points: list[Point] | tuple[Point, ...], i: int) -> str:
+    (x0, y0), (x1, y1) = points[i], points[(i + 1) % len(points)]
+    return f"[{x0:g}, {y0:g}] -> [{x1:g}, {y1:g}]"
+
+
 class ZoneConfig(StrictModel):
     """A named polygon; an object is inside when its bottom-centre point is."""
 
@@ -36,6 +74,14 @@ class ZoneConfig(StrictModel):
     @model_validator(mode="after")
     def _check_polygon(self) -> Self:
         _check_units(self.points, self.units)
+        crossing = first_self_intersection(self.points)
+        if crossing is not None:
+            i, j = crossing
+            first, second = _edge_text(self.points, i), _edge_text(self.points, j)
+            raise ValueError(
+                f"zone {self.name!r} is self-intersecting: edge {i + 1} ({first}) crosses "
+                f"edge {j + 1} ({second}); list the points in order around the polygon"
+            )
         # Shoelace area: a zero-area polygon (collinear points) can never contain anything.
         area2 = sum(
             x0 * y1 - x1 * y0

@@ -56,6 +56,12 @@ class MqttConfig(StrictModel):
         default=None, description="Where the broker password comes from."
     )
     tls: MqttTlsConfig | None = Field(default=None, description="TLS; none: plain TCP.")
+    status_interval_s: float = Field(
+        default=30.0,
+        ge=1.0,
+        le=3_600.0,
+        description="Republish each camera's retained status this often (and on every change).",
+    )
     outbox_path: Path = Field(
         default=Path("/var/lib/edge-agent/outbox.sqlite3"),
         description="SQLite file that holds events until the broker acknowledges them.",

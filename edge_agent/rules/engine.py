@@ -13,8 +13,10 @@ Conventions follow the scene generator's ground truth (`testbed.scenes.events`):
 * `zone_occupancy` starts when the number of matching tracks inside reaches `min_objects`, sends
   `update` when that number changes while it holds, and ends when it drops below.
 
-Rule filters (`classes`, `min_confidence`) are checked on the detection of the frame an event
-fires on; the geometric state of a track is kept regardless, so a filtered frame never hides a
+Rule filters are checked when an event fires: `classes` on the class of that frame's detection
+(the tracker reports its track's voted class), `min_confidence` on the track's best confidence so
+far (as Frigate's top score), so a crossing seen on a frame where an occluded object scores low is
+not lost. The geometric state of a track is kept regardless, so a filtered frame never hides a
 later crossing. `cooldown_s` holds back `start` events of a rule for the same track (per zone for
 occupancy); `end` events are never held back.
 """
@@ -94,7 +96,7 @@ class _Track:
 
     track_id: int
     class_id: int
-    confidence: float
+    confidence: float  # the best seen so far
     box: Box
     last_seen_s: float
     inside: dict[str, bool] = field(default_factory=dict)
@@ -252,7 +254,8 @@ class RuleEngine:
         if track is None:
             track = _Track(track_id, class_id, confidence, box, timestamp_s)
             self._tracks[track_id] = track
-        track.class_id, track.confidence, track.box = class_id, confidence, box
+        track.class_id, track.box = class_id, box
+        track.confidence = max(track.confidence, confidence)
         track.last_seen_s = timestamp_s
 
         entered: set[str] = set()
@@ -282,7 +285,7 @@ class RuleEngine:
 
         events: list[RuleEvent] = []
         for rule in self._rules:
-            matches = self._matches(rule, class_id, confidence)
+            matches = self._matches(rule, class_id, track.confidence)
             if isinstance(rule, ZoneEnterRule | ZoneExitRule):
                 changed = entered if isinstance(rule, ZoneEnterRule) else exited
                 if rule.zone in changed and matches and self._cooled(rule, track_id, timestamp_s):

@@ -6,84 +6,21 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.alerts import SCHEMA, AlertPublisher, EventIds, Outbox
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.rules.engine import NO_TRACK, RuleEvent
-from tests.fixtures.mqtt import MosquittoBroker, MosquittoBrokerFactory
+from tests.fixtures.mqtt import MosquittoBroker, MosquittoBrokerFactory, Received
+from tests.fixtures.mqtt import MqttRecorder as Subscriber
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "va-test"
 AGENT = "edge-01"
 T0 = 1_764_485_750.125  # 2025-11-30T06:55:50.125Z
-
-
-@dataclass(frozen=True)
-class Received:
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-
-
-class Subscriber:
-    """A paho client that records what it receives on `topic_filter`."""
-
-    def __init__(
-        self,
-        broker: MosquittoBroker,
-        topic_filter: str,
-        *,
-        client_id: str | None = None,
-        clean_session: bool = True,
-    ) -> None:
-        self.messages: list[Received] = []
-        self._cond = threading.Condition()
-        self._subscribed = threading.Event()
-        self._filter = topic_filter
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=client_id or f"sub-{uuid.uuid4().hex[:8]}",
-            clean_session=clean_session,
-        )
-        self.client.reconnect_delay_set(1, 1)
-        self.client.on_connect = self._on_connect
-        self.client.on_subscribe = lambda *_: self._subscribed.set()
-        self.client.on_message = self._on_message
-        self.client.connect(broker.host, broker.port, keepalive=10)
-        self.client.loop_start()
-        assert self._subscribed.wait(10), "subscription not acknowledged"
-
-    def _on_connect(self, client: mqtt.Client, *_: Any) -> None:
-        client.subscribe(self._filter, qos=1)
-
-    def _on_message(self, _c: mqtt.Client, _u: Any, msg: mqtt.MQTTMessage) -> None:
-        with self._cond:
-            self.messages.append(Received(msg.topic, msg.payload, msg.qos, bool(msg.retain)))
-            self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[list[Received]], bool], timeout_s: float = 10) -> None:
-        with self._cond:
-            ok = self._cond.wait_for(lambda: predicate(self.messages), timeout_s)
-        assert ok, f"timed out; received {self.messages!r}"
-
-    def on(self, topic: str) -> list[Received]:
-        with self._cond:
-            return [m for m in self.messages if m.topic == topic]
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
 
 
 def _config(broker: MosquittoBroker, outbox: Path) -> MqttConfig:

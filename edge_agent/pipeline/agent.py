@@ -1,0 +1,271 @@
+"""`EdgeAgent`: every camera of one box through one shared detector, trackers, rules and alerts.
+
+One thread runs the frame loop (`step`): it takes the newest due frame of each camera (never a
+stale one: capture keeps only the newest), runs the shared detector once on all of them (a batch
+across cameras), then per camera tracks, runs the rules and queues the events in the MQTT
+outbox. Capture runs in the sources' own threads, MQTT delivery in the publisher's. A failure
+of one camera (stream, secret, bad frame) is logged and counted; the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from configkit.secrets import SecretError
+from detection.detector import Detector
+from detection.errors import DetectionError
+from edge_agent.alerts import AlertPublisher
+from edge_agent.capture import CameraSource, CaptureState, LatestFrameSlot
+from edge_agent.capture.urls import camera_url
+from edge_agent.config import EdgeAgentConfig
+from edge_agent.config.camera import CameraConfig
+from edge_agent.metrics import EdgeMetrics
+from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
+from edge_agent.pipeline.status import CameraStatus
+from edge_agent.pipeline.telemetry import AgentTelemetry
+from edge_agent.rules import RuleEvent
+from edge_agent.tracking import CameraTracker, Embedder
+from edge_agent.tracking.embedders import build_embedder
+
+logger = logging.getLogger(__name__)
+
+OutcomeHook = Callable[[FrameOutcome], None]
+"""Called in the frame loop with every analysed frame (escalation, demo, tests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _StateChange:
+    camera: str
+    state: CaptureState
+    reason: str
+    at_s: float
+
+
+class EdgeAgent:
+    """The frame loop of one edge agent; see the module docstring."""
+
+    def __init__(
+        self,
+        config: EdgeAgentConfig,
+        detector: Detector,
+        publisher: AlertPublisher,
+        *,
+        environ: Mapping[str, str] | None = None,
+        embedder: Embedder | None = None,
+        metrics: EdgeMetrics | None = None,
+    ) -> None:
+        """Set up the cameras (not started); `embedder` defaults to the configured one."""
+        self.config = config
+        self.detector = detector
+        self.publisher = publisher
+        self.hooks: list[OutcomeHook] = []
+        self.batches = 0
+        self.failed_batches = 0
+        self._wake = threading.Event()
+        self._changes: queue.SimpleQueue[_StateChange] = queue.SimpleQueue()
+        self._embedder = embedder if embedder is not None else build_embedder(config.tracker)
+        self.telemetry = (
+            AgentTelemetry(metrics, config.detector.runtime.type) if metrics is not None else None
+        )
+        self.workers: list[CameraWorker] = []
+        self.status: dict[str, CameraStatus] = {}
+        self._next_status_s = 0.0
+        self._next_metrics_s = 0.0
+        for camera in config.cameras:
+            if camera.enabled:
+                self._add_camera(camera, environ)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: EdgeAgentConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        metrics: EdgeMetrics | None = None,
+    ) -> EdgeAgent:
+        """An agent with the configured detector, MQTT publisher and embedder.
+
+        The detector keeps detections down to the tracker's low-score threshold (the second,
+        ByteTrack-style pass); the tracker treats only those above the detector's own threshold
+        as able to start tracks.
+        """
+        detector_config = config.detector
+        low = config.tracker.low_score_threshold
+        if low is not None:
+            detector_config = detector_config.model_copy(update={"confidence_threshold": low})
+        detector = Detector.from_config(detector_config)
+        try:
+            publisher = AlertPublisher(config.mqtt, config.agent.id, environ=environ)
+        except BaseException:
+            detector.close()
+            raise
+        try:
+            return cls(config, detector, publisher, environ=environ, metrics=metrics)
+        except BaseException:
+            publisher.outbox.close()
+            detector.close()
+            raise
+
+    # ---- life cycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect to the broker (in the background) and open every camera."""
+        self.publisher.start()
+        for worker in self.workers:
+            worker.source.start()
+
+    def run(self, stop: threading.Event, on_idle: Callable[[], None] | None = None) -> None:
+        """Run the frame loop until `stop` is set; `on_idle` is called at least every 0.5 s."""
+        next_idle = 0.0
+        while not stop.is_set():
+            self.step(timeout_s=0.05)
+            now = time.monotonic()
+            if on_idle is not None and now >= next_idle:
+                on_idle()
+                next_idle = now + 0.5
+
+    def close(self, flush_timeout_s: float = 10.0) -> None:
+        """Stop the cameras, end lasting events, publish final statuses and flush the outbox."""
+        for worker in self.workers:
+            worker.source.slot.close()
+        for worker in self.workers:
+            worker.source.stop()
+        for worker in self.workers:
+            self._publish_events(worker.finish())
+        self._drain_state_changes()
+        for worker in self.workers:
+            status = self.status[worker.name]
+            status.changed(CaptureState.STOPPED.value, "agent stopping")
+            self._publish_status(worker)
+        self.publisher.close(timeout_s=flush_timeout_s)
+        self.detector.close()
+
+    # ---- the frame loop ----------------------------------------------------------------------
+
+    def step(self, timeout_s: float = 0.05) -> int:
+        """Analyse at most one new frame per camera; wait up to `timeout_s` when none is ready."""
+        self._wake.clear()
+        self._drain_state_changes()
+        self._publish_statuses_if_due()
+        self._refresh_metrics_if_due()
+        batch = [(w, f) for w in self.workers if (f := w.next_frame()) is not None]
+        if not batch:
+            self._wake.wait(timeout_s)
+            return 0
+        started = time.perf_counter()
+        try:
+            results = self.detector.detect([frame.image for _, frame in batch])
+        except DetectionError as exc:
+            self.failed_batches += 1
+            logger.error("detector failed on %d frame(s): %s", len(batch), exc)
+            return 0
+        detect_s = time.perf_counter() - started
+        self.batches += 1
+        if self.telemetry is not None:
+            self.telemetry.on_batch(len(batch), detect_s)
+        for (worker, frame), detections in zip(batch, results, strict=True):
+            try:
+                outcome = worker.process(frame, detections, detect_s)
+            except Exception:  # one camera's bad frame must not stop the others
+                worker.counters.failed += 1
+                logger.exception("camera %s: frame %d failed", worker.name, frame.index)
+                continue
+            self.status[worker.name].analysed(frame.monotonic_s)
+            self._publish_events(outcome.events)
+            if self.telemetry is not None:
+                self.telemetry.on_outcome(outcome)
+            for hook in self.hooks:
+                hook(outcome)
+        return len(batch)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _add_camera(self, camera: CameraConfig, environ: Mapping[str, str] | None) -> None:
+        status = CameraStatus(camera.name)
+        self.status[camera.name] = status
+        try:
+            url = camera_url(camera, environ)
+        except SecretError as exc:
+            status.changed("error", f"cannot read the camera password: {exc}")
+            status.last_error = status.reason
+            logger.error("camera %s: %s; it stays off", camera.name, status.reason)
+            return
+        source = CameraSource(
+            camera.name,
+            url,
+            camera.capture,
+            slot=LatestFrameSlot(notify=self._wake),
+            loop_file=camera.loop_file,
+            on_state_change=self._on_state_change,
+        )
+        detector_threshold = self.config.detector.confidence_threshold
+        tracker = CameraTracker.from_config(self.config.tracker, detector_threshold, self._embedder)
+        self.workers.append(CameraWorker(camera, source, tracker, self.config.detector.class_names))
+
+    def _on_state_change(
+        self, camera: str, _old: CaptureState, new: CaptureState, reason: str
+    ) -> None:
+        # Called from capture threads: hand over to the frame loop, which owns the publisher.
+        self._changes.put(_StateChange(camera, new, reason, time.time()))
+        self._wake.set()
+
+    def _drain_state_changes(self) -> None:
+        while True:
+            try:
+                change = self._changes.get_nowait()
+            except queue.Empty:
+                return
+            status = self.status[change.camera]
+            status.changed(change.state.value, change.reason, change.at_s)
+            worker = next(w for w in self.workers if w.name == change.camera)
+            errors = worker.source.error_lines()
+            status.last_error = errors[-1] if errors else None
+            logger.info("camera %s: %s (%s)", change.camera, change.state.value, change.reason)
+            self._publish_status(worker)
+
+    def _refresh_metrics_if_due(self) -> None:
+        now = time.monotonic()
+        if self.telemetry is None or now < self._next_metrics_s:
+            return
+        self._next_metrics_s = now + 1.0
+        self.telemetry.refresh(self.workers, self.status, self.publisher)
+
+    def _publish_statuses_if_due(self) -> None:
+        now = time.monotonic()
+        if now < self._next_status_s:
+            return
+        self._next_status_s = now + self.config.mqtt.status_interval_s
+        for worker in self.workers:
+            self._publish_status(worker)
+        for name, status in self.status.items():
+            if status.state == "error" and not any(w.name == name for w in self.workers):
+                self.publisher.publish_status(name, self._document(name, status, 0, 0, 0))
+
+    def _publish_status(self, worker: CameraWorker) -> None:
+        stats = worker.source.stats()
+        document = self._document(
+            worker.name,
+            self.status[worker.name],
+            worker.counters.analysed,
+            stats.drops + worker.counters.skipped_rate,
+            stats.reconnects,
+        )
+        self.publisher.publish_status(worker.name, document)
+
+    def _document(
+        self, name: str, status: CameraStatus, frames: int, dropped: int, reconnects: int
+    ) -> dict[str, object]:
+        return status.document(
+            agent=self.config.agent.id, frames=frames, dropped=dropped, reconnects=reconnects
+        )
+
+    def _publish_events(self, events: list[RuleEvent]) -> None:
+        for event in events:
+            self.publisher.publish_event(event)
+        if self.telemetry is not None and events:
+            self.telemetry.on_events(events)

@@ -1,0 +1,63 @@
+"""`AgentTelemetry`: the frame loop's numbers into Prometheus metrics (`edge_agent.metrics`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from edge_agent.alerts import AlertPublisher
+from edge_agent.metrics import CAMERA_STATES, EdgeMetrics
+from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
+from edge_agent.pipeline.status import CameraStatus
+from edge_agent.rules import RuleEvent
+
+
+class AgentTelemetry:
+    """Records per-batch and per-frame timings at once, and counters kept elsewhere on `refresh`."""
+
+    def __init__(self, metrics: EdgeMetrics, runtime: str) -> None:
+        self.metrics = metrics
+        self.runtime = runtime
+
+    def on_batch(self, frames: int, detect_s: float) -> None:
+        """One detector run over `frames` frames."""
+        self.metrics.detect_latency.labels(runtime=self.runtime).observe(detect_s)
+        self.metrics.detect_batch_size.observe(frames)
+
+    def on_outcome(self, outcome: FrameOutcome) -> None:
+        """One analysed frame."""
+        camera = outcome.camera
+        self.metrics.frames.labels(camera=camera).inc()
+        self.metrics.track_latency.labels(camera=camera).observe(outcome.track_s)
+        self.metrics.rules_latency.labels(camera=camera).observe(outcome.rules_s)
+        age_s = time.monotonic() - outcome.frame.monotonic_s
+        self.metrics.end_to_end_latency.labels(camera=camera).observe(age_s)
+
+    def on_events(self, events: Iterable[RuleEvent]) -> None:
+        """Events just queued in the outbox."""
+        now = time.time()
+        for event in events:
+            self.metrics.observe_event(event.camera, event.rule, event.kind, event.phase)
+            self.metrics.alert_latency.observe(max(0.0, now - event.timestamp_s))
+
+    def refresh(
+        self,
+        workers: Iterable[CameraWorker],
+        status: dict[str, CameraStatus],
+        publisher: AlertPublisher,
+    ) -> None:
+        """Counters and gauges whose truth lives in the sources, workers and outbox."""
+        m = self.metrics
+        for worker in workers:
+            stats = worker.source.stats()
+            camera = worker.name
+            state = status[camera].state
+            m.set_camera_state(camera, state if state in CAMERA_STATES else "stopped")
+            m.camera_fps.labels(camera=camera).set(status[camera].fps())
+            m.set_frames_dropped_total(camera, stats.drops + worker.counters.skipped_rate)
+            m.set_reconnects_total(camera, stats.reconnects)
+            m.set_camera_total(m.motion_skipped_frames, camera, worker.counters.skipped_motion)
+            m.set_camera_total(m.embedded_boxes, camera, worker.tracker.embedded_boxes)
+        m.outbox_depth.set(publisher.outbox.depth())
+        m.set_outbox_dropped_total(publisher.outbox.dropped)
+        m.mqtt_connected.set(1 if publisher.connected else 0)
