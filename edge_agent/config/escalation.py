@@ -178,6 +178,36 @@ class CloudConnectionConfig(StrictModel):
         return self
 
 
+class FusionConfig(StrictModel):
+    """How late cloud answers are folded into the tracks."""
+
+    horizon_ms: int = Field(
+        default=2_000,
+        ge=0,
+        le=60_000,
+        description="Answers about frames older than this are dropped (and counted).",
+    )
+    min_iou: float = Field(
+        default=0.3, gt=0.0, le=1.0, description="Least IoU between a cloud box and a track's box."
+    )
+    new_track_min_score: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="A cloud box no track explains starts a track when it scores at least this.",
+    )
+    remove_tentative: bool = Field(
+        default=True,
+        description="Remove tentative tracks in the looked-at area that the cloud did not see.",
+    )
+    box_correction_gain: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Share of the cloud's box offset (at its frame) applied to the track now.",
+    )
+
+
 class EscalationConfig(StrictModel):
     """Sending hard frames to the cloud service; the edge never waits for the answers."""
 
@@ -239,6 +269,9 @@ class EscalationConfig(StrictModel):
     )
     backoff: EscalationBackoffConfig = Field(
         default_factory=EscalationBackoffConfig, description="Slowing down when the cloud is."
+    )
+    fusion: FusionConfig = Field(
+        default_factory=FusionConfig, description="Folding cloud answers into the tracks."
     )
     connection: CloudConnectionConfig = Field(
         default_factory=CloudConnectionConfig, description="The gRPC stream to the cloud."

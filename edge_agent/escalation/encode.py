@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from detection.detections import Detections
 from edge_agent.escalation.policy import EscalationDecision
 from edge_agent.escalation.roi import Box
 from protos.analytics.v1 import analytics_pb2 as pb
@@ -147,3 +148,25 @@ def payload_pixels(request: pb.FrameRequest) -> int:
     if request.jpeg:
         return int(request.original_width * request.original_height)
     return int(sum((r.x2 - r.x1) * (r.y2 - r.y1) for r in request.regions))
+
+
+def detections_from_result(result: pb.FrameResult, class_names: Sequence[str]) -> Detections:
+    """The cloud's detections of `result` in the edge's class ids.
+
+    A detection is mapped by its `class_name` when the edge knows the name, else kept by id;
+    names the edge does not know are dropped (the models disagree on that class).
+    """
+    index = {name: i for i, name in enumerate(class_names)}
+    rows: list[tuple[float, float, float, float, float, int]] = []
+    for d in result.detections:
+        if d.class_name:
+            if d.class_name not in index:
+                continue
+            class_id = index[d.class_name]
+        else:
+            class_id = int(d.class_id)
+        rows.append((d.x1, d.y1, d.x2, d.y2, d.score, class_id))
+    if not rows:
+        return Detections.empty()
+    array = np.array(rows, dtype=np.float32)
+    return Detections(array[:, :4], array[:, 4], array[:, 5].astype(np.int64))

@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from configkit.secrets import SecretError
 from detection.detector import Detector
@@ -24,13 +24,17 @@ from edge_agent.capture import CameraSource, CaptureState, LatestFrameSlot
 from edge_agent.capture.urls import camera_url
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.camera import CameraConfig
+from edge_agent.escalation import EscalationClient, EscalationResult
+from edge_agent.escalation.encode import detections_from_result
 from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
+from edge_agent.pipeline.escalation import EscalationStage
 from edge_agent.pipeline.status import CameraStatus
 from edge_agent.pipeline.telemetry import AgentTelemetry
 from edge_agent.rules import RuleEvent
 from edge_agent.tracking import CameraTracker, Embedder
 from edge_agent.tracking.embedders import build_embedder
+from edge_agent.tracking.fusion import FusionSettings
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +62,12 @@ class EdgeAgent:
         environ: Mapping[str, str] | None = None,
         embedder: Embedder | None = None,
         metrics: EdgeMetrics | None = None,
+        escalation: EscalationStage | None = None,
     ) -> None:
-        """Set up the cameras (not started); `embedder` defaults to the configured one."""
+        """Set up the cameras (not started); `embedder` defaults to the configured one.
+
+        `escalation` sends hard frames to the cloud and brings its answers back for fusion.
+        """
         self.config = config
         self.detector = detector
         self.publisher = publisher
@@ -71,6 +79,13 @@ class EdgeAgent:
         self._embedder = embedder if embedder is not None else build_embedder(config.tracker)
         self.telemetry = (
             AgentTelemetry(metrics, config.detector.runtime.type) if metrics is not None else None
+        )
+        self.escalation = escalation
+        self.fusion_settings = FusionSettings(
+            min_iou=config.escalation.fusion.min_iou,
+            new_track_min_score=config.escalation.fusion.new_track_min_score,
+            remove_tentative=config.escalation.fusion.remove_tentative,
+            box_correction_gain=config.escalation.fusion.box_correction_gain,
         )
         self.workers: list[CameraWorker] = []
         self.status: dict[str, CameraStatus] = {}
@@ -105,7 +120,20 @@ class EdgeAgent:
             detector.close()
             raise
         try:
-            return cls(config, detector, publisher, environ=environ, metrics=metrics)
+            escalation = None
+            if config.escalation.enabled:
+                client = EscalationClient(config.escalation, config.agent.id, environ=environ)
+                escalation = EscalationStage(
+                    config.escalation, config.agent.id, client, metrics=metrics
+                )
+            return cls(
+                config,
+                detector,
+                publisher,
+                environ=environ,
+                metrics=metrics,
+                escalation=escalation,
+            )
         except BaseException:
             publisher.outbox.close()
             detector.close()
@@ -116,6 +144,8 @@ class EdgeAgent:
     def start(self) -> None:
         """Connect to the broker (in the background) and open every camera."""
         self.publisher.start()
+        if self.escalation is not None:
+            self.escalation.start()
         for worker in self.workers:
             worker.source.start()
 
@@ -135,6 +165,8 @@ class EdgeAgent:
             worker.source.slot.close()
         for worker in self.workers:
             worker.source.stop()
+        if self.escalation is not None:
+            self.escalation.close()
         for worker in self.workers:
             self._publish_events(worker.finish())
         self._drain_state_changes()
@@ -153,6 +185,7 @@ class EdgeAgent:
         self._drain_state_changes()
         self._publish_statuses_if_due()
         self._refresh_metrics_if_due()
+        self._fuse_answers()
         batch = [(w, f) for w in self.workers if (f := w.next_frame()) is not None]
         if not batch:
             self._wake.wait(timeout_s)
@@ -179,9 +212,47 @@ class EdgeAgent:
             self._publish_events(outcome.events)
             if self.telemetry is not None:
                 self.telemetry.on_outcome(outcome)
+            outcome = self._escalate(worker, outcome)
             for hook in self.hooks:
                 hook(outcome)
         return len(batch)
+
+    # ---- escalation and fusion ---------------------------------------------------------------
+
+    def _escalate(self, worker: CameraWorker, outcome: FrameOutcome) -> FrameOutcome:
+        if self.escalation is None:
+            return outcome
+        decision = self.escalation.consider(
+            outcome, worker.tracker.tracker.tracks, outcome.motion_score
+        )
+        if decision is None or not decision.send:
+            return outcome
+        regions = decision.regions if decision.mode == "regions" else ()
+        worker.escalated(outcome.frame.index, regions)
+        return replace(outcome, escalated=True)
+
+    def _fuse_answers(self) -> None:
+        if self.escalation is None:
+            return
+        for result in self.escalation.poll():
+            self._fuse(result)
+
+    def _fuse(self, result: EscalationResult) -> None:
+        worker = self._worker(result.camera_id)
+        if worker is None or not result.ok or result.result is None:
+            return
+        cloud = detections_from_result(result.result, self.config.detector.class_names)
+        fused = worker.fuse(result.frame_id, cloud, self._fusion_settings_for(worker))
+        if fused is not None and fused.dropped_late:
+            logger.debug("camera %s: answer for frame %d too late", worker.name, result.frame_id)
+
+    def _fusion_settings_for(self, worker: CameraWorker) -> FusionSettings:
+        horizon_s = self.config.escalation.fusion.horizon_ms / 1000.0
+        frames = max(1, round(horizon_s * worker.config.target_fps))
+        return replace(self.fusion_settings, horizon_frames=frames)
+
+    def _worker(self, name: str) -> CameraWorker | None:
+        return next((w for w in self.workers if w.name == name), None)
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -222,7 +293,9 @@ class EdgeAgent:
                 return
             status = self.status[change.camera]
             status.changed(change.state.value, change.reason, change.at_s)
-            worker = next(w for w in self.workers if w.name == change.camera)
+            worker = self._worker(change.camera)
+            if worker is None:
+                continue
             errors = worker.source.error_lines()
             status.last_error = errors[-1] if errors else None
             logger.info("camera %s: %s (%s)", change.camera, change.state.value, change.reason)

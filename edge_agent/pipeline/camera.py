@@ -20,6 +20,10 @@ from edge_agent.pipeline.motion import MotionGate
 from edge_agent.pipeline.rate import FrameRateLimiter
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker
+from edge_agent.tracking.fusion import FusionResult, FusionSettings, fuse_answer
+
+Box = tuple[float, float, float, float]
+_ESCALATED_KEPT = 256  # frames awaiting an answer, per camera (more than any in-flight window)
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,8 @@ class FrameOutcome:
     detect_s: float
     track_s: float
     rules_s: float
+    motion_score: float | None = None
+    escalated: bool = False  # sent to the cloud (set after the escalation decision)
 
 
 @dataclass
@@ -46,6 +52,11 @@ class CameraCounters:
     skipped_motion: int = 0
     failed: int = 0
     events: int = 0
+    fused: int = 0
+    fused_late: int = 0
+    fused_created: int = 0
+    fused_removed: int = 0
+    fused_reclassified: int = 0
 
 
 class CameraWorker:
@@ -69,6 +80,9 @@ class CameraWorker:
         self._frame_size: tuple[int, int] | None = None
         self.counters = CameraCounters()
         self.last_frame_time_s: float | None = None  # capture (wall) time of the last analysed
+        self.last_motion_score: float | None = None
+        # capture frame index -> (tracker frame index, regions the cloud will look at)
+        self._escalated: dict[int, tuple[int, tuple[Box, ...]]] = {}
 
     @property
     def state(self) -> CaptureState:
@@ -84,7 +98,9 @@ class CameraWorker:
             self.counters.skipped_rate += 1
             return None
         if self.motion is not None:
-            if not self.motion.update(frame.image, frame.monotonic_s).detect:
+            motion = self.motion.update(frame.image, frame.monotonic_s)
+            self.last_motion_score = motion.changed_fraction
+            if not motion.detect:
                 self.counters.skipped_motion += 1
                 return None
         return frame
@@ -102,8 +118,40 @@ class CameraWorker:
         self.counters.events += len(events)
         self.last_frame_time_s = frame.capture_time_s
         return FrameOutcome(
-            self.name, frame, tracked, events, detect_s, tracked_at - started, done - tracked_at
+            self.name,
+            frame,
+            tracked,
+            events,
+            detect_s,
+            tracked_at - started,
+            done - tracked_at,
+            self.last_motion_score,
         )
+
+    def escalated(self, frame_index: int, regions: tuple[Box, ...]) -> None:
+        """Remember that the frame just processed went to the cloud (for fusing the answer)."""
+        self._escalated[frame_index] = (self.tracker.tracker.frame_index, regions)
+        while len(self._escalated) > _ESCALATED_KEPT:
+            del self._escalated[next(iter(self._escalated))]
+
+    def fuse(
+        self, frame_index: int, cloud: Detections, settings: FusionSettings
+    ) -> FusionResult | None:
+        """Fold the cloud's answer for capture frame `frame_index` into the tracks."""
+        sent = self._escalated.pop(frame_index, None)
+        if sent is None:
+            return None  # not ours, or forgotten: nothing to match it against
+        tracker_frame, regions = sent
+        result = fuse_answer(
+            self.tracker.tracker, tracker_frame, cloud, regions=regions, settings=settings
+        )
+        c = self.counters
+        c.fused += 1
+        c.fused_late += int(result.dropped_late)
+        c.fused_created += result.created
+        c.fused_removed += result.removed
+        c.fused_reclassified += result.reclassified
+        return result
 
     def finish(self) -> list[RuleEvent]:
         """End the camera's lasting events (loiter, occupancy): it is no longer watched."""

@@ -1,0 +1,194 @@
+"""`EscalationStage`: hard frames from the frame loop to the cloud, without ever waiting for it.
+
+The frame loop calls `consider` on each analysed frame: the policy scores it and spends the
+budget (fast, pure). A frame to send goes to a small queue; an encoder thread makes the JPEG and
+hands the request to the `EscalationClient`, whose own thread talks gRPC. The loop collects the
+answers with `poll` and passes them to fusion. With the cloud unreachable nothing is decided or
+encoded at all, and the agent goes on alone (the client reconnects in the background).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from edge_agent.capture import CapturedFrame
+from edge_agent.config.escalation import EscalationConfig
+from edge_agent.escalation import (
+    EscalationBudget,
+    EscalationClient,
+    EscalationDecision,
+    EscalationPolicy,
+    EscalationResult,
+    FrameSignals,
+    payload_bytes,
+    payload_pixels,
+    request_for_decision,
+)
+from edge_agent.escalation.policy import TrackLike
+from edge_agent.metrics import EdgeMetrics
+from edge_agent.pipeline.camera import FrameOutcome
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EscalationCounters:
+    """What the stage did, for the status line, the demo summary and benchmarks."""
+
+    considered: int = 0
+    hard: int = 0
+    sent: int = 0
+    refused_budget: int = 0
+    dropped_busy: int = 0  # encoder queue or client window full
+    offline: int = 0  # frames seen while the cloud was unreachable
+    answered: int = 0
+    failed: int = 0
+    bytes_sent: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    camera: str
+    frame: CapturedFrame
+    decision: EscalationDecision
+
+
+class EscalationStage:
+    """Policy in the frame loop; JPEG encoding and gRPC off it (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: EscalationConfig,
+        agent_id: str,
+        client: EscalationClient,
+        *,
+        metrics: EdgeMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.agent_id = agent_id
+        self.client = client
+        self.metrics = metrics
+        self._clock = clock
+        self.policy = EscalationPolicy(config, EscalationBudget(config, clock()))
+        self.counters = EscalationCounters()
+        self._lock = threading.Lock()  # policy, budget and counters: loop and encoder share them
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.max_in_flight)
+        self._encoder: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the client (connects in the background) and the encoder thread."""
+        self.client.start()
+        self._encoder = threading.Thread(target=self._encode_loop, name="escalation-encoder")
+        self._encoder.daemon = True
+        self._encoder.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop encoding and close the client (frames in flight are reported failed)."""
+        if self._encoder is not None:
+            self._jobs.put(None)
+            self._encoder.join(timeout_s)
+        self.client.close(timeout_s=timeout_s)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the cloud stream is up."""
+        return self.client.connected
+
+    def consider(
+        self,
+        outcome: FrameOutcome,
+        tracks: Sequence[TrackLike],
+        motion_score: float | None = None,
+    ) -> EscalationDecision | None:
+        """Decide on one analysed frame; queue it for sending when hard and within budget."""
+        with self._lock:
+            self.counters.considered += 1
+            if not self.client.connected:
+                self.counters.offline += 1
+                return None
+            height, width = outcome.frame.image.shape[:2]
+            signals = FrameSignals.from_frame(
+                outcome.detections, tracks, width, height, self.config, motion_score
+            )
+            decision = self.policy.decide(signals, outcome.camera, self._clock())
+            if decision.reasons:
+                self.counters.hard += 1
+            if decision.refused_by_budget:
+                self.counters.refused_budget += 1
+                self._observe(outcome.camera, "dropped_budget")
+        if not decision.send:
+            return decision
+        try:
+            self._jobs.put_nowait(_Job(outcome.camera, outcome.frame, decision))
+        except queue.Full:
+            with self._lock:
+                self.counters.dropped_busy += 1
+            self._observe(outcome.camera, "failed")
+        return decision
+
+    def poll(self) -> list[EscalationResult]:
+        """Answers (and failures) that came back since the last call; feeds the back-off."""
+        results = self.client.poll_results()
+        now = self._clock()
+        with self._lock:
+            for result in results:
+                self.policy.budget.observe(
+                    now,
+                    rtt_s=result.rtt_s,
+                    queue_time_ms=result.queue_time_ms,
+                    overloaded=result.overloaded,
+                )
+                if result.ok:
+                    self.counters.answered += 1
+                else:
+                    self.counters.failed += 1
+        for result in results:
+            self._observe(result.camera_id, "answered" if result.ok else "failed")
+            if result.ok and result.rtt_s is not None and self.metrics is not None:
+                self.metrics.escalation_round_trip.observe(result.rtt_s)
+        if self.metrics is not None:
+            self.metrics.cloud_connected.set(1 if self.client.connected else 0)
+        return results
+
+    def _encode_loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._send(job)
+            except Exception:  # an encoding failure loses one escalation, never the loop
+                logger.exception("camera %s: cannot escalate frame %d", job.camera, job.frame.index)
+                with self._lock:
+                    self.counters.failed += 1
+
+    def _send(self, job: _Job) -> None:
+        frame = job.frame
+        request = request_for_decision(
+            frame.image,
+            job.decision,
+            agent_id=self.agent_id,
+            camera_id=job.camera,
+            frame_id=frame.index,
+            capture_time_s=frame.capture_time_s,
+            jpeg_quality=self.config.jpeg_quality,
+            region_jpeg_quality=self.config.regions.jpeg_quality,
+            deadline_s=time.time() + self.config.deadline_ms / 1000.0,
+        )
+        sent = self.client.submit(request)
+        n_bytes = payload_bytes(request)
+        with self._lock:
+            if sent:
+                self.counters.sent += 1
+                self.counters.bytes_sent += n_bytes
+            else:
+                self.counters.dropped_busy += 1
+            self.policy.record_encoded(job.camera, job.decision, n_bytes, payload_pixels(request))
+        self._observe(job.camera, "sent" if sent else "failed")
+
+    def _observe(self, camera: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_escalation(camera, outcome)
