@@ -44,7 +44,7 @@ def status_line(agent: EdgeAgent) -> str:
     broker = "broker up" if agent.publisher.connected else "broker down"
     return (
         f"cameras: {cameras}; {fps:.1f} frames/s analysed; {broker}, "
-        f"outbox {agent.publisher.outbox.depth()}"
+        f"outbox {agent.publisher.outbox.depth()}; cloud {agent.cloud_state}"
     )
 
 
@@ -80,7 +80,9 @@ def run_agent(
         )
         return EXIT_FAILED
     try:
-        return _run(config, env, stop or threading.Event(), max_runtime_s, flush_timeout_s, say)
+        return _run(
+            config, env, metrics, stop or threading.Event(), max_runtime_s, flush_timeout_s, say
+        )
     finally:
         if exporter is not None:
             exporter.close()
@@ -89,13 +91,14 @@ def run_agent(
 def _run(
     config: EdgeAgentConfig,
     environ: Mapping[str, str],
+    metrics: EdgeMetrics,
     stop: threading.Event,
     max_runtime_s: float | None,
     flush_timeout_s: float,
     say: Callable[[str], object],
 ) -> int:
     try:
-        agent = EdgeAgent.from_config(config, environ=environ)
+        agent = EdgeAgent.from_config(config, environ=environ, metrics=metrics)
     except DetectionError as exc:
         say(f"edge-agent run: cannot load the detector: {exc}\n")
         return EXIT_FAILED

@@ -91,6 +91,7 @@ class EdgeAgent:
         self.status: dict[str, CameraStatus] = {}
         self._next_status_s = 0.0
         self._next_metrics_s = 0.0
+        self._last_cloud_state = "off" if escalation is None else "unreachable"
         for camera in config.cameras:
             if camera.enabled:
                 self._add_camera(camera, environ)
@@ -236,6 +237,13 @@ class EdgeAgent:
             return
         for result in self.escalation.poll():
             self._fuse(result)
+        state = self.cloud_state
+        if state != self._last_cloud_state:
+            level = logging.INFO if state == "connected" else logging.WARNING
+            logger.log(level, "cloud service %s", state)
+            self._last_cloud_state = state
+            for worker in self.workers:  # the status topics say whether the cloud helps now
+                self._publish_status(worker)
 
     def _fuse(self, result: EscalationResult) -> None:
         worker = self._worker(result.camera_id)
@@ -333,9 +341,18 @@ class EdgeAgent:
     def _document(
         self, name: str, status: CameraStatus, frames: int, dropped: int, reconnects: int
     ) -> dict[str, object]:
-        return status.document(
+        document = status.document(
             agent=self.config.agent.id, frames=frames, dropped=dropped, reconnects=reconnects
         )
+        document["cloud"] = self.cloud_state
+        return document
+
+    @property
+    def cloud_state(self) -> str:
+        """`off` (escalation disabled), `connected` or `unreachable` (the agent runs alone)."""
+        if self.escalation is None:
+            return "off"
+        return "connected" if self.escalation.connected else "unreachable"
 
     def _publish_events(self, events: list[RuleEvent]) -> None:
         for event in events:

@@ -1,0 +1,181 @@
+"""The hybrid loop end to end: RTSP camera, Mosquitto, the cloud service over gRPC, the agent.
+
+Escalated frames must be answered and fused, the alerts must be the scripted ones, and killing
+the cloud mid-run must neither stall the edge nor lose an alert; answers resume once it is back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+
+from cloud_service.server import wait_until_serving
+from testbed.alert_check import load_expected, match_first_loop, scene_agent_config
+from testbed.scenes.writer import SceneFolder
+from tests.edge_agent.test_agent_e2e import (
+    CLASS_NAMES,
+    EDGE_MODEL,
+    PREFIX,
+    REPO_ROOT,
+    SCENE_S,
+    AgentProcess,
+    _events,
+    _scene_events,
+    _wait_streaming,
+)
+from tests.fixtures.mqtt import MosquittoBroker, MqttRecorder, Received
+from tests.fixtures.processes import free_tcp_port
+from tests.fixtures.rtsp import RtspServerFactory
+from tests.fixtures.scenes import scene_video
+
+CLOUD_MODEL = REPO_ROOT / "models" / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
+AGENT = "hybrid-agent"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class CloudProcess:
+    """`cloud-service serve` on a fixed loopback port, restartable."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_tcp_port()
+        self.config = tmp_path / "cloud.yaml"
+        self.log = tmp_path / "cloud.log"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "server": {"listen_address": f"127.0.0.1:{self.port}", "grace_period_s": 1},
+                    "engine": {
+                        "runtime": {
+                            "type": "onnxruntime",
+                            "model_path": str(CLOUD_MODEL),
+                            "intra_op_threads": 1,
+                        },
+                        "class_names": CLASS_NAMES,
+                        "input_size": [640, 640],
+                    },
+                    "batching": {"max_batch_size": 2},
+                    "model_name": "cloud-yolov5s",
+                    "model_version": "committed",
+                    "metrics": {"enabled": False},
+                }
+            )
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "cloud_service", "serve", "--config", str(self.config)],
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        process = self.process
+        with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            wait_until_serving(channel, 60.0, still_running=lambda: process.poll() is None)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
+
+
+def _metric(port: int, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()  # noqa: S310
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _cloud_states(messages: list[Received]) -> list[str]:
+    states: list[str] = []
+    for message in messages:
+        if "/status/" in message.topic:
+            state = str(json.loads(message.payload).get("cloud"))
+            if not states or states[-1] != state:
+                states.append(state)
+    return states
+
+
+def test_hybrid_loop_survives_the_cloud_going_away(
+    events_scene: SceneFolder,
+    rtsp_server_factory: RtspServerFactory,
+    mosquitto_broker: MosquittoBroker,
+    tmp_path: Path,
+) -> None:
+    cloud = CloudProcess(tmp_path)
+    cloud.start()
+    server = rtsp_server_factory(clip=scene_video(events_scene))
+    recorder = MqttRecorder(mosquitto_broker, f"{PREFIX}/#")
+    metrics_port = free_tcp_port()
+    document = scene_agent_config(
+        events_scene.root,
+        camera_url=server.url,
+        model_path=EDGE_MODEL,
+        class_names=CLASS_NAMES,
+        mqtt_port=mosquitto_broker.port,
+        outbox_path=tmp_path / "outbox.sqlite3",
+        agent_id=AGENT,
+    )
+    document["mqtt"].update(topic_prefix=PREFIX, status_interval_s=1.0)
+    document["metrics"] = {"enabled": True, "listen_port": metrics_port}
+    document["escalation"] = {
+        "enabled": True,
+        "cloud_address": f"127.0.0.1:{cloud.port}",
+        "per_camera_frames_per_s": 2.0,
+        "per_agent_frames_per_s": 2.0,
+        "deadline_ms": 3000,
+        "connection": {"reconnect_min_backoff_ms": 200, "reconnect_max_backoff_ms": 1000},
+    }
+    config = tmp_path / "agent.yaml"
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    agent = AgentProcess(config, tmp_path / "agent.log")
+    try:
+        _wait_streaming(recorder, agent)
+        time.sleep(4.0)
+        answered_before = _metric(metrics_port, "edge_agent_escalations_total", outcome="answered")
+        frames_before = _metric(metrics_port, "edge_agent_frames_total")
+        cloud.kill()
+        time.sleep(5.0)
+        frames_while_down = _metric(metrics_port, "edge_agent_frames_total") - frames_before
+        cloud.start()  # same port: the client reconnects on its own
+        time.sleep(SCENE_S - 9.0 + 4.0)
+        answered_after = _metric(metrics_port, "edge_agent_escalations_total", outcome="answered")
+    finally:
+        code = agent.stop()
+        recorder.close()
+        cloud.stop()
+    log = agent.tail()
+    assert code == 0, log
+
+    assert answered_before > 0, log  # escalated frames were answered ...
+    assert answered_after > answered_before, log  # ... and again once the cloud was back
+    assert frames_while_down >= 0.8 * 25 * 5.0, log  # the edge kept its frame rate alone
+    states = _cloud_states(recorder.messages)
+    assert states[:1] in (["connected"], ["unreachable"]) and "unreachable" in states[1:], states
+    assert states[-1] == "connected" or states[-2:] == ["connected", "unreachable"], states
+
+    expected = load_expected(events_scene.root / "events.json")
+    _, match = match_first_loop(
+        expected, _scene_events(_events(recorder.messages)), duration_s=SCENE_S
+    )
+    assert match.ok, f"{match.report()}\n{log}"
+    assert "cloud service unreachable" in log and "cloud service connected" in log
