@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -157,8 +158,11 @@ def test_faulty_cameras_do_not_stop_the_good_one(
     document = _document(events_scene, mosquitto_broker.port, tmp_path)
     good = document["cameras"][0]
     fast_retry = {"stall_timeout_ms": 1000, "reconnect_min_backoff_ms": 100}
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(np.random.default_rng(0).integers(0, 256, 200_000, np.uint8).tobytes())
     document["cameras"] += [
         {"name": "missing-file", "url": str(tmp_path / "nope.mp4"), "capture": fast_retry},
+        {"name": "malformed-file", "url": str(garbage), "capture": fast_retry},
         {
             "name": "dead-stream",
             "url": f"rtsp://127.0.0.1:{free_tcp_port()}/x",
@@ -191,6 +195,8 @@ def test_faulty_cameras_do_not_stop_the_good_one(
 
     assert states["missing-file"][0] in ("reconnecting", "stalled"), states
     assert "not found" in str(states["missing-file"][1])
+    assert states["malformed-file"][0] in ("reconnecting", "stalled", "connecting"), states
+    assert "cannot open" in str(states["malformed-file"][1]), states
     assert states["dead-stream"][0] in ("reconnecting", "stalled", "connecting"), states
     assert states["no-secret"] == ("error", states["no-secret"][1])
     assert "MISSING_CAMERA_PASSWORD" in str(states["no-secret"][1])
