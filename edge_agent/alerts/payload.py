@@ -16,7 +16,9 @@ Schema `edge-alert/v1` (one JSON object, UTF-8, keys in this order):
   same for its `start`, `update` and `end` messages. It is a UUID derived from agent, camera, rule,
   track, place and the start time, so a resend of the same event carries the same id.
 * `phase` is `start`, `update` or `end`; `timestamp` is the time of this message's frame, ISO 8601
-  UTC with milliseconds.
+  UTC with milliseconds. `retract` withdraws an earlier instantaneous `start` (same `event_id` and
+  `timestamp`) after a cloud answer corrected the object's class to one the rule ignores; `class`
+  is then the corrected class.
 * `track_id` and `class` are `null` for events about a zone rather than one object (occupancy).
 * `box` is `[x1, y1, x2, y2]` in pixels, or `null`.
 
@@ -120,6 +122,8 @@ class EventIds:
         if event.phase == "start":
             if event.kind in _LASTING_KINDS:
                 self._started[key] = start_s
+        elif event.phase == "retract":
+            start_s = event.timestamp_s  # the retracted start's own time: the same id
         elif event.phase == "update":
             start_s = self._started.get(key, start_s)
         else:

@@ -7,6 +7,9 @@ Conventions follow the scene generator's ground truth (`testbed.scenes.events`):
   zone's boundary; a track first seen inside raises no enter, one that vanishes inside no exit.
 * `line_cross` fires when the path from the last anchor strictly on one side of the line to the
   new anchor, strictly on the other side, meets the line segment; `in` is toward `in_side`.
+* `retract` withdraws an instantaneous event (same id and time as its `start`) when the track's
+  class changes, within `retract_window_s`, to one its rule does not accept (a cloud answer
+  corrected the edge); an active loiter of such a track ends.
 * `loiter` starts once the anchor has been inside for `dwell_s` (counted from the enter, or from
   the first sighting for a track first seen inside) and ends when the track leaves the zone or is
   forgotten.
@@ -24,7 +27,7 @@ occupancy); `end` events are never held back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -43,9 +46,11 @@ from edge_agent.config.rules import (
 from edge_agent.rules.geometry import bottom_centres, crossing_direction, points_in_polygon
 
 RuleKind = Literal["zone_enter", "zone_exit", "zone_occupancy", "line_cross", "loiter"]
-Phase = Literal["start", "update", "end"]
+Phase = Literal["start", "update", "end", "retract"]
 Direction = Literal["in", "out"]
 Box = tuple[float, float, float, float]
+
+_RAISED_KEPT = 32  # `start` events remembered per track, for retraction
 
 NO_TRACK = -1
 """`track_id` / `class_id` of events that concern a zone rather than one object (occupancy)."""
@@ -103,6 +108,7 @@ class _Track:
     entered_s: dict[str, float] = field(default_factory=dict)
     line_anchor: dict[str, Point] = field(default_factory=dict)  # last point strictly off line
     loitering: set[str] = field(default_factory=set)  # names of loiter rules started
+    raised: list[RuleEvent] = field(default_factory=list)  # recent `start` events, oldest first
 
 
 def _resolve(points: Sequence[Point], units: str, frame_size: tuple[int, int]) -> list[Point]:
@@ -127,6 +133,7 @@ class RuleEngine:
         frame_size: tuple[int, int],
         class_names: Sequence[str],
         track_timeout_s: float = 2.0,
+        retract_window_s: float = 30.0,
     ) -> None:
         width, height = frame_size
         if width <= 0 or height <= 0:
@@ -136,6 +143,7 @@ class RuleEngine:
         self.camera = camera.name
         self.class_names = tuple(class_names)
         self.track_timeout_s = track_timeout_s
+        self.retract_window_s = retract_window_s
         self._zones = {z.name: self._zone(z, frame_size) for z in camera.zones}
         self._lines = {line.name: self._line(line, frame_size) for line in camera.lines}
         self._rules = list(camera.rules)
@@ -254,6 +262,7 @@ class RuleEngine:
         if track is None:
             track = _Track(track_id, class_id, confidence, box, timestamp_s)
             self._tracks[track_id] = track
+        changed_class = [] if is_new else self._class_changed(track, class_id, timestamp_s)
         track.class_id, track.box = class_id, box
         track.confidence = max(track.confidence, confidence)
         track.last_seen_s = timestamp_s
@@ -305,6 +314,37 @@ class RuleEngine:
                     )
             elif isinstance(rule, LoiterRule):
                 events += self._loiter(rule, track, matches, timestamp_s)
+        track.raised += [e for e in events if e.phase == "start"]
+        del track.raised[:-_RAISED_KEPT]
+        return changed_class + events
+
+    def _class_changed(self, track: _Track, class_id: int, timestamp_s: float) -> list[RuleEvent]:
+        """Withdraw what the track raised under a class its rule no longer accepts.
+
+        The tracker reports a track's voted class, which a cloud answer can overturn: a recent
+        instantaneous event is sent again as `retract` (same id and time as its `start`), an
+        active loiter ends now.
+        """
+        by_name = {rule.name: rule for rule in self._rules}
+        events: list[RuleEvent] = []
+        kept: list[RuleEvent] = []
+        for raised in track.raised:
+            rule = by_name[raised.rule]
+            recent = timestamp_s - raised.timestamp_s <= self.retract_window_s
+            if self._matches(rule, class_id, track.confidence) or not recent:
+                kept.append(raised)
+            elif isinstance(rule, LoiterRule):
+                if rule.name in track.loitering:
+                    track.loitering.discard(rule.name)
+                    track.class_id = class_id
+                    events.append(
+                        self._event(
+                            rule, rule.kind, track, timestamp_s, zone=rule.zone, phase="end"
+                        )
+                    )
+            else:
+                events.append(replace(raised, phase="retract", class_id=class_id))
+        track.raised = kept
         return events
 
     def _loiter(

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from detection.detections import Detections
+from edge_agent.alerts.payload import EventIds
 from edge_agent.config import CameraConfig
 from edge_agent.rules import (
     RuleEngine,
@@ -385,3 +386,52 @@ def test_events_preset_ground_truth_matches_the_generator_expectations() -> None
     assert sorted(g[:4] for g in got) == sorted(w[:4] for w in want)
     for g, w in zip(sorted(got), sorted(want), strict=True):
         assert abs(g[4] - w[4]) <= 1, (g, w)
+
+
+def test_a_class_correction_retracts_recent_events_and_ends_a_loiter() -> None:
+    camera = CameraConfig.model_validate(
+        {
+            "name": "cam",
+            "url": "/x.mp4",
+            "zones": [
+                {"name": "z", "units": "pixel", "points": [[0, 0], [100, 0], [100, 100], [0, 100]]}
+            ],
+            "rules": [
+                {"name": "enter", "kind": "zone_enter", "zone": "z", "classes": ["person"]},
+                {
+                    "name": "stay",
+                    "kind": "loiter",
+                    "zone": "z",
+                    "dwell_s": 1.0,
+                    "classes": ["person"],
+                },
+            ],
+        }
+    )
+    engine = RuleEngine(camera, frame_size=(200, 200), class_names=["person", "car"])
+
+    def frame(x: float, class_id: int, t: float) -> list[RuleEvent]:
+        dets = Detections(
+            np.array([[x, 40.0, x + 10.0, 60.0]]),
+            np.array([0.9]),
+            np.array([class_id]),
+            np.array([7]),
+        )
+        return engine.update(dets, t)
+
+    ids = EventIds("a")
+    assert frame(150.0, 0, 0.0) == []
+    (enter,) = frame(50.0, 0, 0.1)
+    (loiter,) = frame(50.0, 0, 1.2)
+    assert (enter.kind, loiter.kind) == ("zone_enter", "loiter")
+    enter_id, loiter_id = ids.id_for(enter), ids.id_for(loiter)
+    corrected = frame(50.0, 1, 1.5)  # the cloud says: a car
+    assert sorted((e.kind, e.phase) for e in corrected) == [
+        ("loiter", "end"),
+        ("zone_enter", "retract"),
+    ]
+    retract = next(e for e in corrected if e.phase == "retract")
+    end = next(e for e in corrected if e.phase == "end")
+    assert retract.timestamp_s == enter.timestamp_s and retract.class_id == 1
+    assert ids.id_for(retract) == enter_id and ids.id_for(end) == loiter_id
+    assert frame(50.0, 1, 3.0) == []  # nothing more for a car
