@@ -233,6 +233,7 @@ def scene_agent_config(
             "runtime": runtime,
             "class_names": list(class_names),
             "confidence_threshold": 0.3,
+            "input_size": [320, 320],
         },
         "tracker": {
             "embedder": embedder,

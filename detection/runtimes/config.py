@@ -23,6 +23,14 @@ class OnnxRuntimeConfig(StrictModel):
     intra_op_threads: int = Field(
         default=0, ge=0, le=256, description="Threads per operator; 0 lets ONNX Runtime choose."
     )
+    allow_spinning: bool = Field(
+        default=True,
+        description=(
+            "Let idle worker threads spin for work (ONNX Runtime's default): lowest latency on a "
+            "dedicated machine; turn off on a small shared edge CPU, where spinning starves the "
+            "other stages."
+        ),
+    )
 
 
 class LiteRTConfig(StrictModel):

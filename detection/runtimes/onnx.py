@@ -51,6 +51,8 @@ class OnnxRuntime:
         providers = _select_providers(config.providers)
         options = ort.SessionOptions()
         options.intra_op_num_threads = config.intra_op_threads
+        if not config.allow_spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as exc:  # ORT raises its own pybind types (InvalidProtobuf, Fail, ...)

@@ -210,7 +210,9 @@ class AlertPublisher:
         properties: Properties | None,
     ) -> None:
         if self._connected.is_set():
-            logger.warning("disconnected from MQTT broker: %s", reason_code)
+            # Our own disconnect on close is routine; any other is worth a warning.
+            level = logging.INFO if self._closed else logging.WARNING
+            logger.log(level, "disconnected from MQTT broker: %s", reason_code)
         self._connected.clear()
 
     def _on_publish(

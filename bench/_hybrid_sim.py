@@ -1,0 +1,686 @@
+"""Offline edge–cloud hybrid simulation on generated scenes, on simulated time.
+
+The real pieces run frame by frame (time is `frame_index / fps`): the edge detector's output,
+`CameraTracker`, `RuleEngine`, `FrameSignals` + `EscalationPolicy` with its budget,
+`request_for_decision` (the real JPEG bytes), the cloud's `DetectorFrameProcessor` on those
+requests (whole frame or crops, mapped back to source pixels), `detections_from_result`, and
+`fuse_answer` after a simulated round trip of `rtt_frames` frames. What is simulated is only the
+clock and the network: an answer to frame `j` is folded in before the tracking of frame
+`j + rtt_frames`, as `EdgeAgent.step` does with whatever answers have come back by then.
+
+Detector outputs are cached per scene under `.cache/bench-hybrid/` (edge INT8 on every decoded
+frame; cloud on the JPEG of every frame, as the service would see it; cloud on each crop set the
+simulation asks for), so variants compare the same detections and only the first run is slow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+from unittest.mock import patch
+
+import numpy as np
+import numpy.typing as npt
+
+from cloud_service.processor import DetectorFrameProcessor, ModelInfo
+from detection.config import DetectorConfig
+from detection.detections import Detections
+from detection.detector import Detector
+from detection.metrics import GroundTruth, box_iou_coco, compute_metrics
+from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
+from edge_agent.config import EdgeAgentConfig
+from edge_agent.config.camera import CameraConfig
+from edge_agent.config.escalation import EscalationConfig
+from edge_agent.config.tracker import TrackerConfig
+from edge_agent.detect_command import read_frames
+from edge_agent.escalation import (
+    EscalationBudget,
+    EscalationPolicy,
+    FrameSignals,
+    build_frame_request,
+    payload_bytes,
+    payload_pixels,
+    request_for_decision,
+)
+from edge_agent.escalation.encode import detections_from_result
+from edge_agent.rules import RuleEngine, RuleEvent
+from edge_agent.tracking import CameraTracker, NoEmbedder
+from edge_agent.tracking.fusion import FusionSettings, fuse_answer
+from edge_agent.tracking.track import Track
+from protos.analytics.v1 import analytics_pb2 as pb
+from testbed.alert_check import EventMatch, SceneEvent, load_expected, match_events
+from testbed.alert_check import scene_agent_config as events_agent_config
+from testbed.tracking_eval import (
+    MIN_SIDE_PX,
+    MIN_VISIBILITY,
+    FrameBoxes,
+    GroundTruthFrame,
+    Scene,
+    TrackingScores,
+    ensure_scene,
+    hypotheses_of,
+    score_tracking,
+)
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODELS = REPO_ROOT / "models"
+CACHE = REPO_ROOT / ".cache" / "bench-hybrid"
+EDGE_MODEL = MODELS / "edge" / "edge-yolov5n-320-int8.tflite"
+CLOUD_MODEL = MODELS / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
+CLOUD_INPUT_SIZE = (640, 640)
+SEED_BASE = 960_000  # far from the training (0..299 999), accuracy and tracking-bench seeds
+CAMERA = "scene"  # `testbed.alert_check.SCENE_CAMERA`
+AGENT = "hybrid-sim"
+CACHE_THRESHOLD = 0.1  # detectors are cached down to this; stricter thresholds filter the cache
+SCENE_START_S = 1_700_000_000.0  # wall clock of frame 0 (POSIX seconds), for requests and rules
+
+# The tracker and detector settings of `testbed.alert_check.scene_agent_config` (checked against
+# it on `events` scenes): IoU-only DeepSORT, ByteTrack second pass down to 0.1.
+TRACKER = TrackerConfig(embedder="none", n_init=2, max_age_frames=25, low_score_threshold=0.1)
+DETECTOR_THRESHOLD = 0.3
+
+Mode = Literal["edge", "cloud", "hybrid"]
+FloatArray = npt.NDArray[np.float64]
+
+
+def class_names() -> list[str]:
+    """The classes the committed models were trained on."""
+    manifest = json.loads((MODELS / "manifest.json").read_text())
+    return [str(name) for name in manifest["class_names"]]
+
+
+# -- cached detector outputs ------------------------------------------------------------------
+
+
+def _pack(found: Sequence[Detections]) -> dict[str, npt.NDArray[np.generic]]:
+    counts = np.array([len(d) for d in found], dtype=np.int64)
+    xyxy = [d.xyxy for d in found if len(d)]
+    return {
+        "counts": counts,
+        "xyxy": np.concatenate(xyxy).astype(np.float32) if xyxy else np.zeros((0, 4), np.float32),
+        "confidence": np.concatenate([d.confidence for d in found]).astype(np.float32)
+        if len(found)
+        else np.zeros(0, np.float32),
+        "class_id": np.concatenate([d.class_id for d in found]).astype(np.int64)
+        if len(found)
+        else np.zeros(0, np.int64),
+    }
+
+
+def _unpack(data: dict[str, npt.NDArray[np.generic]], prefix: str = "") -> list[Detections]:
+    counts = np.asarray(data[prefix + "counts"], dtype=np.int64)
+    ends = np.cumsum(counts)
+    xyxy = np.asarray(data[prefix + "xyxy"], dtype=np.float32).reshape(-1, 4)
+    confidence = np.asarray(data[prefix + "confidence"], dtype=np.float32)
+    class_id = np.asarray(data[prefix + "class_id"], dtype=np.int64)
+    out = []
+    for end, n in zip(ends, counts, strict=True):
+        s = slice(int(end - n), int(end))
+        out.append(Detections(xyxy[s], confidence[s], class_id[s]) if n else Detections.empty())
+    return out
+
+
+def above(detections: Detections, threshold: float) -> Detections:
+    """The detections scoring at least `threshold` (a detector run at that threshold)."""
+    keep = detections.confidence >= threshold
+    if keep.all():
+        return detections
+    return Detections(detections.xyxy[keep], detections.confidence[keep], detections.class_id[keep])
+
+
+def edge_detector(threads: int) -> Detector:
+    """The committed edge INT8 model, keeping boxes down to the tracker's low-score threshold
+    (as `EdgeAgent.from_config` lowers the detector's threshold)."""
+    return Detector.from_config(
+        DetectorConfig(
+            runtime=LiteRTConfig(model_path=EDGE_MODEL, num_threads=threads),
+            class_names=class_names(),
+            confidence_threshold=CACHE_THRESHOLD,
+        )
+    )
+
+
+def cloud_processor(threads: int) -> tuple[DetectorFrameProcessor, Detector]:
+    """The cloud service's frame processor around the committed cloud model (CPU, in-process)."""
+    names = class_names()
+    detector = Detector.from_config(
+        DetectorConfig(
+            runtime=OnnxRuntimeConfig(model_path=CLOUD_MODEL, intra_op_threads=threads),
+            class_names=names,
+            input_size=CLOUD_INPUT_SIZE,
+            confidence_threshold=CACHE_THRESHOLD,
+        )
+    )
+    model = ModelInfo(name=CLOUD_MODEL.stem, version="committed", class_names=tuple(names))
+    return DetectorFrameProcessor(detector, model), detector
+
+
+def frame_request(
+    image: npt.NDArray[np.uint8], frame_id: int, jpeg_quality: int
+) -> pb.FrameRequest:
+    """The whole-frame request the edge sends for `image` (no deadline: simulated time)."""
+    return build_frame_request(
+        image,
+        agent_id=AGENT,
+        camera_id=CAMERA,
+        frame_id=frame_id,
+        capture_time_s=SCENE_START_S,
+        jpeg_quality=jpeg_quality,
+    )
+
+
+@dataclass
+class SceneData:
+    """A scene with its ground truth and every cached per-frame result the simulation needs."""
+
+    label: str
+    preset: str
+    scene: Scene
+    fps: float
+    width: int
+    height: int
+    edge: list[Detections]  # edge INT8, threshold CACHE_THRESHOLD, on the decoded frame
+    edge_ms: FloatArray  # edge detector time of each frame (when the cache was made)
+    cloud: list[Detections]  # cloud on the frame's JPEG (quality `jpeg_quality`), via the service
+    cloud_ms: FloatArray
+    frame_bytes: npt.NDArray[np.int64]  # JPEG bytes of each whole frame
+    jpeg_quality: int
+    camera: CameraConfig | None = None  # with zones, lines and rules on `events` scenes
+    expected: list[SceneEvent] = field(default_factory=list)
+
+    @property
+    def n_frames(self) -> int:
+        """Frames simulated."""
+        return len(self.edge)
+
+    def frames(self) -> Iterator[npt.NDArray[np.uint8]]:
+        """The decoded frames, in order."""
+        return read_frames(str(self.scene.video), self.n_frames)
+
+
+def _events_camera(scene: Scene, cache_dir: Path) -> CameraConfig:
+    """The camera (zone, line, rules) `scene_agent_config` sets up for an `events` scene."""
+    document = events_agent_config(
+        scene.root,
+        camera_url=str(scene.video),
+        model_path=EDGE_MODEL,
+        class_names=class_names(),
+        mqtt_port=1883,
+        outbox_path=cache_dir / "unused-outbox.sqlite",  # never opened
+    )
+    config = EdgeAgentConfig.model_validate(document)
+    if config.tracker != TRACKER or config.detector.confidence_threshold != DETECTOR_THRESHOLD:
+        raise RuntimeError(
+            "scene_agent_config's tracker/detector settings changed; update TRACKER and "
+            f"DETECTOR_THRESHOLD in {__name__}: {config.tracker} / "
+            f"{config.detector.confidence_threshold}"
+        )
+    return config.cameras[0]
+
+
+def prepare_scene(
+    preset: str,
+    seed: int,
+    *,
+    max_frames: int | None = None,
+    render_frames: int | None = None,
+    cache_dir: Path = CACHE,
+    media_dir: Path = REPO_ROOT / ".cache" / "media",
+    jpeg_quality: int = 85,
+    threads: int = 2,
+) -> SceneData:
+    """Render (or reuse) scene `preset`/`seed` and compute (or load) its cached detections.
+
+    `render_frames` renders a scene of that length (default: the preset's); `max_frames`
+    simulates only the first frames of it (and reuses a longer cache).
+    """
+    scene = ensure_scene(preset, SEED_BASE + seed, cache_dir / "scenes", media_dir, render_frames)
+    frames = scene.n_frames if max_frames is None else min(max_frames, scene.n_frames)
+    arrays = _cached(scene, frames, jpeg_quality, threads, cache_dir / "detections")
+    seqinfo = (scene.root / "seqinfo.ini").read_text().splitlines()
+    info = dict(line.split("=", 1) for line in seqinfo if "=" in line)
+    camera, expected = None, []
+    if preset == "events":
+        camera = _events_camera(scene, cache_dir)
+        fps = float(info["frameRate"])
+        expected = [
+            e
+            for e in load_expected(scene.root / "events.json")
+            if e.time_s < frames / fps - 0.5  # events near the cut could not be seen in time
+        ]
+    label = preset if seed == 1 else f"{preset}:{seed}"
+    return SceneData(
+        label=label,
+        preset=preset,
+        scene=replace(scene, ground_truth=scene.ground_truth[:frames]),
+        fps=float(info["frameRate"]),
+        width=int(info["imWidth"]),
+        height=int(info["imHeight"]),
+        edge=_unpack(arrays, "edge_")[:frames],
+        edge_ms=arrays["edge_ms"].astype(np.float64)[:frames],
+        cloud=_unpack(arrays, "cloud_")[:frames],
+        cloud_ms=arrays["cloud_ms"].astype(np.float64)[:frames],
+        frame_bytes=arrays["frame_bytes"].astype(np.int64)[:frames],
+        jpeg_quality=jpeg_quality,
+        camera=camera,
+        expected=expected,
+    )
+
+
+def _cached(
+    scene: Scene, frames: int, jpeg_quality: int, threads: int, folder: Path
+) -> dict[str, npt.NDArray[np.generic]]:
+    """The cache of `scene` covering at least `frames` frames (computed when there is none)."""
+    name = scene.root.name
+    found = sorted(
+        (int(p.name.rsplit("-", 2)[1][:-1]), p)
+        for p in folder.glob(f"{name}-*f-q{jpeg_quality}.npz")
+    )
+    path = next((p for n, p in found if n >= frames), None)
+    if path is None:
+        path = folder / f"{name}-{frames}f-q{jpeg_quality}.npz"
+        _compute_cache(scene, frames, jpeg_quality, threads, path)
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
+def _compute_cache(scene: Scene, frames: int, jpeg_quality: int, threads: int, out: Path) -> None:
+    logger.warning("caching edge and cloud detections of %s (%d frames)", scene.root.name, frames)
+    names = class_names()
+    edge, edge_ms, cloud, cloud_ms, sizes = [], [], [], [], []
+    processor, cloud_detector = cloud_processor(threads)
+    with edge_detector(threads) as detector, cloud_detector:
+        for index, image in enumerate(read_frames(str(scene.video), frames)):
+            started = time.perf_counter()
+            (found,) = detector.detect([image])
+            edge_ms.append((time.perf_counter() - started) * 1000.0)
+            edge.append(found)
+            request = frame_request(image, index, jpeg_quality)
+            sizes.append(payload_bytes(request))
+            started = time.perf_counter()
+            (result,) = processor.process([request])
+            cloud_ms.append((time.perf_counter() - started) * 1000.0)
+            cloud.append(detections_from_result(result, names))
+    arrays: dict[str, npt.NDArray[np.generic]] = {
+        **{f"edge_{k}": v for k, v in _pack(edge).items()},
+        **{f"cloud_{k}": v for k, v in _pack(cloud).items()},
+        "edge_ms": np.array(edge_ms),
+        "cloud_ms": np.array(cloud_ms),
+        "frame_bytes": np.array(sizes, dtype=np.int64),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
+    tmp.replace(out)
+
+
+# -- the cloud's answers ------------------------------------------------------------------------
+
+
+class CloudAnswers:
+    """The cloud service's answer to a request: cached whole frames, crops computed once.
+
+    Crop answers run the service's `DetectorFrameProcessor` on the real request (JPEG crops,
+    boxes mapped back to source pixels) and are kept in a JSON file per scene, keyed by frame,
+    quality and regions, so later runs and variants that send the same crops reuse them.
+    """
+
+    def __init__(self, data: SceneData, cache_dir: Path = CACHE, threads: int = 2) -> None:
+        self.data = data
+        self.threads = threads
+        self.path = cache_dir / "regions" / f"{data.scene.root.name}.json"
+        self._rows: dict[str, list[list[float]]] = (
+            json.loads(self.path.read_text()) if self.path.is_file() else {}
+        )
+        self._dirty = False
+        self._processor: tuple[DetectorFrameProcessor, Detector] | None = None
+        self.computed = 0  # requests the cloud detector ran on in this process
+
+    def answer(self, request: pb.FrameRequest) -> Detections:
+        """The detections (edge class ids, threshold `CACHE_THRESHOLD`) the cloud returns."""
+        frame_id = int(request.frame_id)
+        if request.jpeg and request.jpeg_quality == self.data.jpeg_quality:
+            return self.data.cloud[frame_id]
+        regions = [(r.x1, r.y1, r.x2, r.y2) for r in request.regions]
+        key = f"{frame_id}|q{request.jpeg_quality}|{'' if request.jpeg else regions}"
+        rows = self._rows.get(key)
+        if rows is None:
+            if self._processor is None:
+                self._processor = cloud_processor(self.threads)
+            (result,) = self._processor[0].process([request])
+            found = detections_from_result(result, class_names())
+            rows = [
+                [*map(float, b), float(c), float(k)]
+                for b, c, k in zip(found.xyxy, found.confidence, found.class_id, strict=True)
+            ]
+            self._rows[key] = rows
+            self._dirty = True
+            self.computed += 1
+        if not rows:
+            return Detections.empty()
+        array = np.array(rows, dtype=np.float32).reshape(-1, 6)
+        return Detections(array[:, :4], array[:, 4], array[:, 5].astype(np.int64))
+
+    def save(self) -> None:
+        """Write the crop answers computed so far."""
+        if not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._rows))
+        tmp.replace(self.path)
+        self._dirty = False
+
+    def close(self) -> None:
+        """Save, and release the cloud detector."""
+        self.save()
+        if self._processor is not None:
+            self._processor[1].close()
+            self._processor = None
+
+
+# -- one variant on one scene -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One pipeline set-up: edge only, cloud on every frame, or hybrid with an escalation policy.
+
+    `rtt_frames`: frames between sending a frame and folding in its answer (>= 1);
+    `cloud_threshold`: the cloud service's `confidence_threshold`. `native_crops` is a what-if:
+    crop requests are answered with the whole-frame detections (fusion keeps those centred in
+    the regions), as a cloud that detected each crop at its own scale (no upscaling to the
+    model's input) would roughly answer; bytes are still those of the real crops.
+    `cloud_votes=False` is another what-if: fusion runs with `Track.cloud_vote` switched off, so
+    the cloud never relabels a track (everything else of fusion unchanged).
+    """
+
+    name: str
+    mode: Mode
+    escalation: EscalationConfig = field(default_factory=EscalationConfig)
+    rtt_frames: int = 4
+    cloud_threshold: float = 0.2
+    native_crops: bool = False
+    cloud_votes: bool = True
+    group: str = ""
+    is_default: bool = False
+
+
+@dataclass
+class SimRun:
+    """What one variant did on one scene, frame by frame and in total."""
+
+    outputs: list[Detections] = field(default_factory=list)  # tracked, per frame
+    events: list[RuleEvent] = field(default_factory=list)
+    hard: int = 0
+    sent: int = 0
+    sent_regions: int = 0
+    refused_budget: int = 0
+    bytes_sent: int = 0
+    fused: int = 0
+    fused_late: int = 0
+    created: int = 0
+    removed: int = 0
+    reclassified: int = 0
+    confirmed: int = 0
+    sent_frames: list[int] = field(default_factory=list)
+    created_ids: set[int] = field(default_factory=set)  # track ids fusion started
+    loop_ms: list[float] = field(default_factory=list)  # per frame: detector + loop work
+    encode_ms: list[float] = field(default_factory=list)  # per sent frame
+
+
+def reported_ids(run: SimRun) -> set[int]:
+    """Track ids that appear in the pipeline's output on some frame."""
+    return {int(i) for t in run.outputs for i in t.tracker_id if i >= 0}
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    due_frame: int
+    frame_id: int
+    tracker_frame: int
+    regions: tuple[tuple[float, float, float, float], ...]
+    cloud: Detections
+
+
+@contextmanager
+def _cloud_votes(enabled: bool) -> Iterator[None]:
+    """Fusion as it is, or (what-if) with the cloud's class votes ignored."""
+    if enabled:
+        yield
+        return
+    with patch.object(Track, "cloud_vote", lambda _self, _class_id: None):
+        yield
+
+
+def fusion_settings(config: EscalationConfig, fps: float) -> FusionSettings:
+    """`FusionSettings` as `EdgeAgent.__init__` and `EdgeAgent._fusion_settings_for` build them."""
+    fusion = config.fusion
+    return FusionSettings(
+        horizon_frames=max(1, round(fusion.horizon_ms / 1000.0 * fps)),
+        min_iou=fusion.min_iou,
+        new_track_min_score=fusion.new_track_min_score,
+        remove_tentative=fusion.remove_tentative,
+        box_correction_gain=fusion.box_correction_gain,
+    )
+
+
+def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = None) -> SimRun:
+    """Run `variant` over every frame of `data` on simulated time; see the module docstring."""
+    if variant.rtt_frames < 1:
+        raise ValueError(f"rtt_frames must be >= 1, got {variant.rtt_frames}")
+    if variant.mode == "hybrid" and answers is None:
+        raise ValueError("a hybrid variant needs CloudAnswers")
+    names = class_names()
+    config = variant.escalation
+    tracker = CameraTracker.from_config(TRACKER, DETECTOR_THRESHOLD, NoEmbedder())
+    rules = None
+    if data.camera is not None:
+        rules = RuleEngine(data.camera, frame_size=(data.width, data.height), class_names=names)
+    policy = EscalationPolicy(config, EscalationBudget(config, 0.0))
+    settings = fusion_settings(config, data.fps)
+    rtt_s = variant.rtt_frames / data.fps
+    in_flight: list[_InFlight] = []
+    run = SimRun()
+    for index, image in enumerate(data.frames()):
+        now = index / data.fps
+        started = time.perf_counter()
+        while in_flight and in_flight[0].due_frame <= index:  # EdgeAgent._fuse_answers
+            answer = in_flight.pop(0)
+            policy.budget.observe(now, rtt_s=rtt_s)
+            before = {t.track_id for t in tracker.tracker.tracks}
+            with _cloud_votes(variant.cloud_votes):
+                fused = fuse_answer(
+                    tracker.tracker,
+                    answer.tracker_frame,
+                    answer.cloud,
+                    regions=answer.regions,
+                    settings=settings,
+                )
+            run.fused += 1
+            run.fused_late += int(fused.dropped_late)
+            run.created += fused.created
+            run.removed += fused.removed
+            run.reclassified += fused.reclassified
+            run.confirmed += fused.confirmed
+            run.created_ids.update({t.track_id for t in tracker.tracker.tracks} - before)
+        if variant.mode == "cloud":
+            detections = above(data.cloud[index], variant.cloud_threshold)
+        else:
+            detections = data.edge[index]
+        tracked = tracker.update(image, detections)
+        if rules is not None:
+            run.events += rules.update(tracked, SCENE_START_S + now)
+        run.outputs.append(tracked)
+        decision = None
+        if variant.mode == "hybrid":
+            signals = FrameSignals.from_frame(
+                tracked, tracker.tracker.tracks, data.width, data.height, config, None
+            )
+            decision = policy.decide(signals, CAMERA, now)
+            run.hard += int(bool(decision.reasons))
+            run.refused_budget += int(decision.refused_by_budget)
+        loop_ms = (time.perf_counter() - started) * 1000.0
+        if variant.mode != "cloud":
+            loop_ms += float(data.edge_ms[index])
+        run.loop_ms.append(loop_ms)
+        if variant.mode == "cloud":
+            started = time.perf_counter()
+            request = frame_request(image, index, data.jpeg_quality)
+            run.encode_ms.append((time.perf_counter() - started) * 1000.0)
+            run.sent += 1
+            run.sent_frames.append(index)
+            run.bytes_sent += payload_bytes(request)
+            continue
+        if decision is None or not decision.send:
+            continue
+        assert answers is not None  # noqa: S101 (checked above for hybrid)
+        started = time.perf_counter()
+        request = request_for_decision(
+            image,
+            decision,
+            agent_id=AGENT,
+            camera_id=CAMERA,
+            frame_id=index,
+            capture_time_s=SCENE_START_S + now,
+            jpeg_quality=config.jpeg_quality,
+            region_jpeg_quality=config.regions.jpeg_quality,
+        )
+        run.encode_ms.append((time.perf_counter() - started) * 1000.0)
+        n_bytes = payload_bytes(request)
+        policy.record_encoded(CAMERA, decision, n_bytes, payload_pixels(request))
+        run.sent += 1
+        run.sent_frames.append(index)
+        run.sent_regions += int(decision.mode == "regions")
+        run.bytes_sent += n_bytes
+        regions = decision.regions if decision.mode == "regions" else ()
+        if variant.native_crops and regions:
+            cloud = above(data.cloud[index], variant.cloud_threshold)
+        else:
+            cloud = above(answers.answer(request), variant.cloud_threshold)
+        # `CameraWorker.escalated`: the tracker's frame index right after this frame's update.
+        in_flight.append(
+            _InFlight(
+                index + variant.rtt_frames, index, tracker.tracker.frame_index, regions, cloud
+            )
+        )
+    return run
+
+
+# -- scores -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunScores:
+    """Accuracy of one run against the scene's ground truth."""
+
+    map50: float
+    precision: float
+    recall: float
+    f1: float
+    tracking: TrackingScores
+    alerts: EventMatch | None
+
+
+def ground_truth_boxes(frames: Sequence[GroundTruthFrame]) -> list[GroundTruth]:
+    """`GroundTruth` per frame for `compute_metrics`, ignoring boxes `score_tracking` ignores."""
+    out = []
+    for frame in frames:
+        xywh = frame.boxes.xywh
+        out.append(
+            GroundTruth(
+                xyxy=np.column_stack([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]]).astype(np.float32),
+                class_id=frame.class_id,
+                ignore=frame.ignored(MIN_VISIBILITY, MIN_SIDE_PX),
+            )
+        )
+    return out
+
+
+def confirmed(tracked: Detections) -> Detections:
+    """The boxes of confirmed tracks (what the pipeline reports), with their confidences."""
+    keep = tracked.tracker_id >= 0
+    return Detections(
+        tracked.xyxy[keep],
+        tracked.confidence[keep],
+        tracked.class_id[keep],
+        tracked.tracker_id[keep],
+    )
+
+
+def f1_counts(
+    truths: Sequence[GroundTruth], predictions: Sequence[Detections], iou: float = 0.5
+) -> tuple[int, int, int]:
+    """(true positives, false positives, misses) at `iou`, per class, greedy by confidence.
+
+    A prediction matched to an ignored box counts as neither (as in `compute_metrics`).
+    """
+    tp = fp = fn = 0
+    for truth, pred in zip(truths, predictions, strict=True):
+        for cls in np.union1d(truth.class_id, pred.class_id):
+            g = truth.class_id == cls
+            gt_boxes, ignore = truth.xyxy[g], truth.ignore[g]
+            p = pred.class_id == cls
+            order = np.argsort(-pred.confidence[p], kind="stable")
+            boxes = pred.xyxy[p][order]
+            taken = np.zeros(len(gt_boxes), dtype=bool)
+            ious = box_iou_coco(boxes, gt_boxes) if len(gt_boxes) and len(boxes) else None
+            for row in range(len(boxes)):
+                best, best_iou = -1, iou
+                if ious is not None:
+                    # Prefer a non-ignored box; an ignored one only when no other matches.
+                    for want_ignored in (False, True):
+                        for col in np.flatnonzero((~taken) & (ignore == want_ignored)):
+                            if ious[row, col] >= best_iou:
+                                best, best_iou = int(col), float(ious[row, col])
+                        if best >= 0:
+                            break
+                if best < 0:
+                    fp += 1
+                    continue
+                taken[best] = True
+                tp += int(not ignore[best])
+            fn += int(((~taken) & (~ignore)).sum())
+    return tp, fp, fn
+
+
+def observed_events(events: Sequence[RuleEvent], names: Sequence[str]) -> list[SceneEvent]:
+    """`start` events of tracked objects as `SceneEvent`s, timed from the scene's first frame
+    (what `testbed.alert_check.observed_from_payloads` makes of the MQTT payloads)."""
+    return [
+        SceneEvent(
+            kind=e.kind,
+            class_name=names[e.class_id],
+            place=e.zone or e.line or "",
+            direction=e.direction,
+            time_s=e.timestamp_s - SCENE_START_S,
+        )
+        for e in events
+        if e.phase == "start" and 0 <= e.class_id < len(names)
+    ]
+
+
+def score_run(data: SceneData, run: SimRun) -> RunScores:
+    """Detection, tracking and alert accuracy of `run` on `data`."""
+    names = class_names()
+    truths = ground_truth_boxes(data.scene.ground_truth)
+    predictions = [confirmed(t) for t in run.outputs]
+    metrics = compute_metrics(truths, predictions, class_names=names)
+    tp, fp, fn = f1_counts(truths, predictions)
+    precision = tp / (tp + fp) if tp + fp else 1.0
+    recall = tp / (tp + fn) if tp + fn else 1.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    hypotheses: list[FrameBoxes] = [hypotheses_of(t) for t in run.outputs]
+    tracking = score_tracking(data.scene.ground_truth, hypotheses)
+    alerts = None
+    if data.camera is not None:
+        alerts = match_events(data.expected, observed_events(run.events, names))
+    return RunScores(metrics.map50, precision, recall, f1, tracking, alerts)

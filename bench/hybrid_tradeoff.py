@@ -1,0 +1,521 @@
+"""Edge-only vs cloud-only vs hybrid: accuracy against the share of frames sent to the cloud.
+
+    python -m bench.hybrid_tradeoff [--quick] [--scenes quiet,crowded,small_far,events,events:2]
+        [--rtt-frames 4] [--cloud-threshold 0.2] [--threads 2] [--no-plot]
+
+On generated scenes with ground truth (`bench._hybrid_sim`: the real detectors' cached outputs,
+tracker, rules, escalation policy and budget, JPEG requests, the cloud's frame processor and
+fusion, on simulated time), each variant is scored on:
+detection mAP50 and F1 (IoU 0.5, per class) of the boxes the pipeline reports (confirmed tracks,
+with their confidences), tracking IDF1 / MOTA, alert precision / recall against the scripted
+events of the `events` scenes, the share of frames escalated, JPEG bytes sent per second, and the
+edge frame-loop time per frame (edge detector + fusion + tracker + rules + policy; the JPEG
+encoding runs off the loop in the agent, so it is reported apart).
+
+Variants: edge only; cloud only (every frame sent, the cloud's boxes tracked on the edge);
+hybrid with a per-camera (= per-agent) budget of 0.5 .. 8 frames/s and the default policy; and
+policy settings at the default budget. `--quick`: 100 frames of `crowded` and `events`.
+The table goes to stdout and `bench/results/hybrid_tradeoff.md`, the plot to
+`bench/results/hybrid_tradeoff.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench._hybrid_sim import (
+    CloudAnswers,
+    RunScores,
+    SceneData,
+    SimRun,
+    Variant,
+    prepare_scene,
+    reported_ids,
+    score_run,
+    simulate,
+)
+from edge_agent.config.escalation import EscalationConfig
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BUDGETS = (0.5, 1.0, 2.0, 4.0, 8.0)
+DEFAULT_SCENES = "quiet,crowded,small_far,events,events:2"
+TARGET_ACCURACY = 0.95  # of cloud-only
+TARGET_SHARE = 0.20  # of frames escalated
+DEFAULTS = EscalationConfig()
+
+
+def _budget(frames_per_s: float, **updates: Any) -> EscalationConfig:
+    """Default escalation settings with a per-camera = per-agent frame budget and `updates`
+    (nested sections as dicts of their fields)."""
+    document = DEFAULTS.model_dump()
+    document.update(per_camera_frames_per_s=frames_per_s, per_agent_frames_per_s=frames_per_s)
+    for key, value in updates.items():
+        if isinstance(value, dict):
+            document[key] = {**document[key], **value}
+        else:
+            document[key] = value
+    return EscalationConfig.model_validate(document)
+
+
+def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
+    """Every variant of the benchmark, in table order."""
+    common: dict[str, Any] = {"rtt_frames": rtt_frames, "cloud_threshold": cloud_threshold}
+    default_fps = DEFAULTS.per_camera_frames_per_s
+    out = [
+        Variant("edge only", "edge", group="reference", **common),
+        Variant("cloud only", "cloud", group="reference", **common),
+    ]
+    for fps in BUDGETS:
+        out.append(
+            Variant(
+                f"hybrid {fps:g} f/s",
+                "hybrid",
+                _budget(fps),
+                group="budget",
+                is_default=fps == default_fps,
+                **common,
+            )
+        )
+    policy: list[tuple[str, dict[str, Any]]] = [
+        ("score >= 0.5", {"signals": {"score_threshold": 0.5}}),
+        ("score >= 2", {"signals": {"score_threshold": 2.0}}),
+        ("score >= 3", {"signals": {"score_threshold": 3.0}}),
+        ("score >= 4", {"signals": {"score_threshold": 4.0}}),
+        ("regions off", {"regions": {"enabled": False}}),
+        ("refresh off", {"refresh_interval_s": 0.0}),
+        ("refresh 2 s", {"refresh_interval_s": 2.0}),
+        ("crops >= 256 px", {"regions": {"min_size_px": 256}}),
+        ("box correction off", {"fusion": {"box_correction_gain": 0.0}}),
+    ]
+    for label, updates in policy:
+        out.append(
+            Variant(
+                f"hybrid {default_fps:g} f/s, {label}",
+                "hybrid",
+                _budget(default_fps, **updates),
+                group="policy",
+                **common,
+            )
+        )
+    out.append(
+        Variant(
+            "hybrid 4 f/s, regions off",
+            "hybrid",
+            _budget(4.0, regions={"enabled": False}),
+            group="policy",
+            **common,
+        )
+    )
+    # The cloud service's `confidence_threshold` raised for the answers (cloud-only keeps its
+    # own): a low-scoring cloud box can win fusion's IoU match and relabel a track for good.
+    strict = {**common, "cloud_threshold": max(cloud_threshold, 0.5)}
+    for fps, regions in ((default_fps, True), (default_fps, False), (4.0, False)):
+        label = f"hybrid {fps:g} f/s{'' if regions else ', regions off'}, cloud >= 0.5"
+        config = _budget(fps, regions={"enabled": regions})
+        out.append(Variant(label, "hybrid", config, group="policy", **strict))
+    # What-ifs (see `Variant`): crops detected at their own scale; no cloud class votes.
+    what_if: list[tuple[str, float, dict[str, Any]]] = [
+        ("native-scale crops", default_fps, {"native_crops": True}),
+        ("native-scale crops", 4.0, {"native_crops": True}),
+        ("no cloud class votes", default_fps, {"cloud_votes": False}),
+        ("no cloud class votes", 4.0, {"cloud_votes": False}),
+        ("native-scale crops, no cloud class votes", default_fps,
+         {"native_crops": True, "cloud_votes": False}),
+        ("native-scale crops, no cloud class votes", 4.0,
+         {"native_crops": True, "cloud_votes": False}),
+    ]  # fmt: skip
+    for label, fps, flags in what_if:
+        out.append(
+            Variant(
+                f"hybrid {fps:g} f/s, {label} (what-if)",
+                "hybrid",
+                _budget(fps),
+                group="what-if",
+                **flags,
+                **common,
+            )
+        )
+    return out
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One variant on one scene."""
+
+    scene: SceneData
+    run: SimRun
+    scores: RunScores
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One variant over all scenes: accuracies averaged over scenes, traffic pooled."""
+
+    variant: Variant
+    cells: list[Cell]
+
+    def mean(self, metric: Callable[[Cell], float]) -> float:
+        """Mean of `metric` over the scenes (NaN skipped)."""
+        values = [metric(c) for c in self.cells]
+        values = [v for v in values if not math.isnan(v)]
+        return float(np.mean(values)) if values else math.nan
+
+    @property
+    def frames(self) -> int:
+        """Frames simulated in all."""
+        return sum(c.scene.n_frames for c in self.cells)
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of video simulated in all."""
+        return sum(c.scene.n_frames / c.scene.fps for c in self.cells)
+
+    @property
+    def share(self) -> float:
+        """Share of all frames escalated."""
+        return sum(c.run.sent for c in self.cells) / max(self.frames, 1)
+
+    @property
+    def region_share(self) -> float:
+        """Share of escalations sent as crops."""
+        sent = sum(c.run.sent for c in self.cells)
+        return sum(c.run.sent_regions for c in self.cells) / sent if sent else math.nan
+
+    @property
+    def kbytes_per_s(self) -> float:
+        """JPEG kilobytes sent per second of video."""
+        return sum(c.run.bytes_sent for c in self.cells) / 1000.0 / max(self.seconds, 1e-9)
+
+    @property
+    def map50(self) -> float:
+        """Mean mAP50 over the scenes."""
+        return self.mean(lambda c: c.scores.map50)
+
+    @property
+    def f1(self) -> float:
+        """Mean F1 over the scenes."""
+        return self.mean(lambda c: c.scores.f1)
+
+    @property
+    def idf1(self) -> float:
+        """Mean IDF1 over the scenes."""
+        return self.mean(lambda c: c.scores.tracking.idf1)
+
+    @property
+    def mota(self) -> float:
+        """Mean MOTA over the scenes."""
+        return self.mean(lambda c: c.scores.tracking.mota)
+
+    def _alert_counts(self) -> tuple[int, int, int]:
+        matched = missing = unexpected = 0
+        for c in self.cells:
+            if c.scores.alerts is not None:
+                matched += len(c.scores.alerts.matched)
+                missing += len(c.scores.alerts.missing)
+                unexpected += len(c.scores.alerts.unexpected)
+        return matched, missing, unexpected
+
+    @property
+    def alert_precision(self) -> float:
+        """Matched / observed start events, pooled over the `events` scenes."""
+        matched, _, unexpected = self._alert_counts()
+        return matched / (matched + unexpected) if matched + unexpected else math.nan
+
+    @property
+    def alert_recall(self) -> float:
+        """Matched / scripted events, pooled over the `events` scenes."""
+        matched, missing, _ = self._alert_counts()
+        return matched / (matched + missing) if matched + missing else math.nan
+
+    @property
+    def alert_counts(self) -> str:
+        """`matched/expected (+unexpected)`."""
+        matched, missing, unexpected = self._alert_counts()
+        return f"{matched}/{matched + missing} (+{unexpected})"
+
+    @property
+    def loop_ms(self) -> float:
+        """Mean edge frame-loop time per frame."""
+        return float(np.mean([ms for c in self.cells for ms in c.run.loop_ms]))
+
+    @property
+    def loop_p95_ms(self) -> float:
+        """95th percentile of the edge frame-loop time."""
+        return float(np.percentile([ms for c in self.cells for ms in c.run.loop_ms], 95))
+
+    @property
+    def encode_ms(self) -> float:
+        """Mean JPEG encoding time per sent frame (off the loop in the agent)."""
+        values = [ms for c in self.cells for ms in c.run.encode_ms]
+        return float(np.mean(values)) if values else math.nan
+
+    def total(self, name: str) -> int:
+        """Sum of a `SimRun` counter over the scenes."""
+        return int(sum(getattr(c.run, name) for c in self.cells))
+
+
+def _f(value: float, digits: int = 3) -> str:
+    return "–" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _pct(value: float, digits: int = 1) -> str:
+    return "–" if math.isnan(value) else f"{100.0 * value:.{digits}f} %"
+
+
+def _ratio(value: float, reference: float) -> float:
+    return value / reference if reference and not math.isnan(reference) else math.nan
+
+
+def _label(s: Summary) -> str:
+    return f"**{s.variant.name}** (default)" if s.variant.is_default else s.variant.name
+
+
+def main_table(summaries: Sequence[Summary]) -> str:
+    """Averages over scenes, with each accuracy relative to cloud-only."""
+    cloud = next(s for s in summaries if s.variant.mode == "cloud")
+    edge = next(s for s in summaries if s.variant.mode == "edge")
+    lines = [
+        "| variant | escalated | as crops | KB/s | mAP50 | ×cloud | gap closed | F1 | ×cloud "
+        "| IDF1 | ×cloud | MOTA | alerts P | alerts R | ×cloud | edge loop ms (p95) "
+        "| encode ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summaries:
+        gap = cloud.map50 - edge.map50
+        closed = (s.map50 - edge.map50) / gap if gap > 0 else math.nan
+        lines.append(
+            f"| {_label(s)} | {_pct(s.share)} | {_pct(s.region_share, 0)} "
+            f"| {s.kbytes_per_s:.0f} | {_f(s.map50)} | {_pct(_ratio(s.map50, cloud.map50))} "
+            f"| {_pct(closed, 0)} | {_f(s.f1)} | {_pct(_ratio(s.f1, cloud.f1))} "
+            f"| {_f(s.idf1)} | {_pct(_ratio(s.idf1, cloud.idf1))} | {_f(s.mota)} "
+            f"| {_f(s.alert_precision, 2)} | {_f(s.alert_recall, 2)} "
+            f"| {_pct(_ratio(s.alert_recall, cloud.alert_recall))} "
+            f"| {s.loop_ms:.1f} ({s.loop_p95_ms:.1f}) | {_f(s.encode_ms, 1)} |"
+        )
+    return "\n".join(lines)
+
+
+def per_scene_table(summaries: Sequence[Summary]) -> str:
+    """mAP50 / F1 / IDF1 and escalated share of every variant on every scene."""
+    scenes = [c.scene.label for c in summaries[0].cells]
+    head = " | ".join(f"{label} mAP50 / F1 / IDF1 / sent" for label in scenes)
+    lines = [f"| variant | {head} | alerts matched/expected (+unexpected) |"]
+    lines.append("|---|" + "---:|" * len(scenes) + "---:|")
+    for s in summaries:
+        cells = " | ".join(
+            f"{c.scores.map50:.3f} / {c.scores.f1:.3f} / {c.scores.tracking.idf1:.3f} "
+            f"/ {_pct(c.run.sent / c.scene.n_frames, 0)}"
+            for c in s.cells
+        )
+        lines.append(f"| {_label(s)} | {cells} | {s.alert_counts} |")
+    return "\n".join(lines)
+
+
+def fusion_table(summaries: Sequence[Summary]) -> str:
+    """What the escalations did: hard frames, budget refusals and fusion outcomes."""
+    lines = [
+        "| variant | hard frames | refused by budget | sent | answers fused | late "
+        "| tracks created (ever reported) | tentative removed | confirmed | reclassified |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summaries:
+        if s.variant.mode != "hybrid":
+            continue
+        counts = [str(s.total(n)) for n in ("hard", "refused_budget", "sent", "fused")]
+        counts.append(str(s.total("fused_late")))
+        shown = sum(len(c.run.created_ids & reported_ids(c.run)) for c in s.cells)
+        counts.append(f"{s.total('created')} ({shown})")
+        counts += [str(s.total(n)) for n in ("removed", "confirmed", "reclassified")]
+        lines.append(f"| {_label(s)} | " + " | ".join(counts) + " |")
+    return "\n".join(lines)
+
+
+def _meets(s: Summary, cloud: Summary) -> bool:
+    checks = [
+        _ratio(s.map50, cloud.map50) >= TARGET_ACCURACY,
+        _ratio(s.f1, cloud.f1) >= TARGET_ACCURACY,
+        math.isnan(cloud.alert_recall) or _ratio(s.alert_recall, cloud.alert_recall) >= 0.95,
+    ]
+    return all(checks) and s.share <= TARGET_SHARE
+
+
+def verdict(summaries: Sequence[Summary]) -> str:
+    """Where the default sits and which hybrid variants meet the targets."""
+    cloud = next(s for s in summaries if s.variant.mode == "cloud")
+    default = next((s for s in summaries if s.variant.is_default), None)
+    lines = []
+    if default is not None:
+        lines.append(
+            f"Default ({default.variant.name}, score >= "
+            f"{default.variant.escalation.signals.score_threshold:g}, regions "
+            f"{'on' if default.variant.escalation.regions.enabled else 'off'}, refresh "
+            f"{default.variant.escalation.refresh_interval_s:g} s): escalates "
+            f"{_pct(default.share)} of frames, mAP50 {_pct(_ratio(default.map50, cloud.map50))}, "
+            f"F1 {_pct(_ratio(default.f1, cloud.f1))}, alert recall "
+            f"{_pct(_ratio(default.alert_recall, cloud.alert_recall))} of cloud-only."
+        )
+    hybrid = [s for s in summaries if s.variant.mode == "hybrid"]
+    meeting = [s for s in hybrid if _meets(s, cloud)]
+    if meeting:
+        best = min(meeting, key=lambda s: s.share)
+        names = ", ".join(s.variant.name for s in meeting)
+        lines.append(
+            f"Meeting every target (>= {TARGET_ACCURACY:.0%} of cloud mAP50, F1 and alert "
+            f"recall at <= {TARGET_SHARE:.0%} of frames): {names}; fewest frames: "
+            f"{best.variant.name} ({_pct(best.share)})."
+        )
+    else:
+        lines.append(
+            f"No hybrid variant meets every target (>= {TARGET_ACCURACY:.0%} of cloud mAP50, "
+            f"F1 and alert recall at <= {TARGET_SHARE:.0%} of frames)."
+        )
+    return "\n".join(lines)
+
+
+def plot(summaries: Sequence[Summary], path: Path) -> None:
+    """Accuracy relative to cloud-only against the share of frames escalated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cloud = next(s for s in summaries if s.variant.mode == "cloud")
+    edge = next(s for s in summaries if s.variant.mode == "edge")
+    budget = [s for s in summaries if s.variant.group == "budget"]
+    policy = [s for s in summaries if s.variant.group == "policy"]
+    what_if = [s for s in summaries if s.variant.group == "what-if"]
+    metrics: list[tuple[str, Callable[[Summary], float]]] = [
+        ("mAP50", lambda s: s.map50),
+        ("F1", lambda s: s.f1),
+        ("IDF1", lambda s: s.idf1),
+        ("alert recall", lambda s: s.alert_recall),
+    ]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90)
+    for ax, pair in zip(axes, (metrics[:2], metrics[2:]), strict=True):
+        for (name, metric), colour in zip(pair, ("tab:blue", "tab:orange"), strict=True):
+            ref = metric(cloud)
+            xs = [0.0] + [100.0 * s.share for s in budget]
+            ys = [_ratio(metric(edge), ref)] + [_ratio(metric(s), ref) for s in budget]
+            ax.plot(xs, ys, "o-", color=colour, label=f"{name}: edge only → budgets")
+            ax.annotate("edge", (xs[0], ys[0]), textcoords="offset points", xytext=(3, 4),
+                        fontsize=7)  # fmt: skip
+            for s, x, y in zip(budget, xs[1:], ys[1:], strict=True):
+                ax.annotate(f"{s.variant.escalation.per_camera_frames_per_s:g}", (x, y),
+                            textcoords="offset points", xytext=(3, -10), fontsize=7)  # fmt: skip
+            ax.scatter([100.0 * s.share for s in policy],
+                       [_ratio(metric(s), ref) for s in policy],
+                       marker="x", color=colour, s=25)  # fmt: skip
+            ax.scatter([100.0 * s.share for s in what_if],
+                       [_ratio(metric(s), ref) for s in what_if],
+                       marker="^", facecolor="none", edgecolor=colour, s=30)  # fmt: skip
+            default = next((s for s in budget if s.variant.is_default), None)
+            if default is not None:
+                ax.scatter([100.0 * default.share], [_ratio(metric(default), ref)], marker="*",
+                           s=220, color=colour, edgecolor="black", zorder=5)  # fmt: skip
+        ax.axhline(1.0, color="grey", lw=1, label="cloud only (100 % of frames)")
+        ax.axhline(TARGET_ACCURACY, color="green", ls="--", lw=1, label="target 95 %")
+        ax.axvline(100.0 * TARGET_SHARE, color="red", ls=":", lw=1, label="≤ 20 % of frames")
+        ax.set_xlabel("frames escalated (%)   numbers: budget f/s; x: policy; △: what-if")
+        ax.set_ylabel("relative to cloud only")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_title("detection (★ default config)")
+    axes[1].set_title("tracking and alerts")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def _scene_specs(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in text.split(","):
+        preset, _, seed = item.strip().partition(":")
+        out.append((preset, int(seed) if seed else 1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prepare the scenes, simulate every variant, print and write the tables and the plot."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenes", default=None, help=f"preset[:seed],... ({DEFAULT_SCENES})")
+    parser.add_argument("--quick", action="store_true", help="100 frames of crowded and events")
+    parser.add_argument("--frames", type=int, default=None, help="frames per scene (all)")
+    parser.add_argument("--rtt-frames", type=int, default=4, help="round trip in frames (4)")
+    parser.add_argument("--cloud-threshold", type=float, default=0.2, help="cloud confidence")
+    parser.add_argument("--threads", type=int, default=2, help="detector threads")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the .md and .png")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    started = time.perf_counter()
+    scenes_text = args.scenes or ("crowded,events" if args.quick else DEFAULT_SCENES)
+    frames = 100 if args.quick and args.frames is None else args.frames
+    scenes = [
+        prepare_scene(preset, seed, max_frames=frames, threads=args.threads)
+        for preset, seed in _scene_specs(scenes_text)
+    ]
+    prepared_s = time.perf_counter() - started
+    plan = variants(args.rtt_frames, args.cloud_threshold)
+    cells: dict[str, list[Cell]] = {v.name: [] for v in plan}
+    computed = 0
+    for data in scenes:
+        answers = CloudAnswers(data, threads=args.threads)
+        try:
+            for variant in plan:
+                run = simulate(data, variant, answers)
+                cells[variant.name].append(Cell(data, run, score_run(data, run)))
+            answers.save()
+        finally:
+            computed += answers.computed
+            answers.close()
+    summaries = [Summary(v, cells[v.name]) for v in plan]
+    elapsed = time.perf_counter() - started
+    given = argv if argv is not None else sys.argv[1:]
+    command = "python -m bench.hybrid_tradeoff " + " ".join(given)
+    settings = (
+        f"Scenes: {', '.join(f'{d.label} ({d.n_frames} frames)' for d in scenes)}; round trip "
+        f"{args.rtt_frames} frames ({1000.0 * args.rtt_frames / scenes[0].fps:.0f} ms); cloud "
+        f"confidence >= {args.cloud_threshold:g}; tracker IoU-only, n_init 2, low score 0.1. "
+        f"Wall time {elapsed:.0f} s ({prepared_s:.0f} s preparing scenes and caches, "
+        f"{computed} crop requests run on the cloud model)."
+    )
+    document = "\n\n".join(
+        [
+            f"# Hybrid trade-off\n\n`{command.strip()}`\n\n{settings}",
+            "## Averages over scenes (alerts pooled over the `events` scenes)",
+            main_table(summaries),
+            verdict(summaries),
+            "## Per scene",
+            per_scene_table(summaries),
+            "## Escalation and fusion (sums over scenes)",
+            fusion_table(summaries),
+        ]
+    )
+    print(document)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "hybrid_tradeoff.md").write_text(document + "\n")
+    if not args.no_plot:
+        plot(summaries, args.out / "hybrid_tradeoff.png")
+        print(f"\nplot: {args.out / 'hybrid_tradeoff.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

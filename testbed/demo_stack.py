@@ -1,0 +1,281 @@
+"""Starting the demo's components, in order, each stopped again by an `ExitStack`.
+
+`start_stack(options, say, exit_stack)` renders (or reuses) the `events` scene, starts the cloud
+service in-process (the committed cloud model on ONNX Runtime CPU, a free loopback port), the
+camera (`RtspServer` looping the scene, or the file source paced at its frame rate), the MQTT
+broker (`testbed.broker`, or an external one), the alert feed (`AlertFeed`) and the edge agent
+(built, not started) with its outcome hook and the annotated video writer. A component that does
+not start raises `DemoError` naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cloud_service.app import CloudService, build_service
+from cloud_service.config import BatchingConfig, CloudServiceConfig, ServerConfig
+from detection.config import DetectorConfig
+from detection.runtimes.config import OnnxRuntimeConfig
+from edge_agent.config import EdgeAgentConfig
+from edge_agent.pipeline import EdgeAgent
+from testbed.alert_check import scene_agent_config
+from testbed.annotate import AnnotatedVideoWriter, FrameAnnotator, SceneOverlay
+from testbed.broker import BrokerUnavailableError, start_broker
+from testbed.demo_report import AlertFeed, RunRecorder
+from testbed.processes import ProcessStartError
+from testbed.rtsp_camera import RtspServer, rtsp_server_unavailable_reason
+from testbed.scenes.scenario import ScenarioSpec, make_scenario
+from testbed.scenes.writer import SceneFolder, write_scene
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CACHE = REPO_ROOT / ".cache"
+MODELS = REPO_ROOT / "models"
+AGENT_ID = "demo-agent"
+TOPIC_PREFIX = "video-analytics"
+EDGE_INPUT_SIZE = (320, 320)  # the ONNX edge model's input is dynamic: the detector needs it
+SUBSCRIBE_TIMEOUT_S = 10.0
+
+
+class DemoError(RuntimeError):
+    """A component did not start or the run could not go on; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Models:
+    """The committed models the demo runs and their class names."""
+
+    edge: Path
+    cloud: Path
+    cloud_imgsz: int
+    class_names: list[str]
+
+
+def committed_models(edge_kind: str) -> Models:
+    """The committed edge (`int8` or `onnx`) and cloud models, from `models/manifest.json`."""
+    path = MODELS / "manifest.json"
+    if not path.is_file():
+        raise DemoError(f"no committed models: {path} is missing (scripts/build-models makes it)")
+    manifest = json.loads(path.read_text())
+    models = manifest["models"]
+    edge = models["edge_tflite_int8" if edge_kind == "int8" else "edge_onnx"]
+    cloud = models["cloud_onnx_fp16_weights"]
+    return Models(
+        edge=MODELS / str(edge["file"]),
+        cloud=MODELS / str(cloud["file"]),
+        cloud_imgsz=int(cloud["eval_imgsz"]),
+        class_names=[str(n) for n in manifest["class_names"]],
+    )
+
+
+def prepare_scene(spec: ScenarioSpec, scenes_dir: Path) -> SceneFolder:
+    """The scene of `spec`, rendered once and reused while its spec is unchanged."""
+    root = scenes_dir / spec.name
+    files = [root / "video.mp4", root / "events.json", root / "gt" / "gt.txt"]
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        if all(f.is_file() for f in files):
+            saved = json.loads((root / "scenario.json").read_text())["spec"]
+            if saved == json.loads(json.dumps(spec.to_json())):
+                return SceneFolder(root, files[0], files[2], files[1])
+    return write_scene(spec, scenes_dir, CACHE / "media")
+
+
+def start_cloud(models: Models, threads: int) -> CloudService:
+    """The cloud service with the committed cloud model (ONNX Runtime, CPU) on a free port."""
+    config = CloudServiceConfig(
+        server=ServerConfig(listen_address="127.0.0.1:0", grace_period_s=1.0),
+        engine=DetectorConfig(
+            runtime=OnnxRuntimeConfig(model_path=models.cloud, intra_op_threads=threads),
+            class_names=models.class_names,
+            input_size=(models.cloud_imgsz, models.cloud_imgsz),
+        ),
+        batching=BatchingConfig(max_batch_size=2),
+        model_name=models.cloud.stem,
+        model_version="committed",
+    )
+    try:
+        service = build_service(config)
+        service.server.start()
+    except Exception as exc:
+        raise DemoError(f"the cloud service did not start: {exc}") from exc
+    return service
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the agent's camera, broker and cloud are, and its outbox file."""
+
+    camera_url: str
+    mqtt_host: str
+    mqtt_port: int
+    cloud_address: str
+    outbox: Path
+
+
+def agent_document(
+    scene: SceneFolder, models: Models, at: Endpoints, escalation_fps: float
+) -> dict[str, Any]:
+    """The edge agent's config: the scene's zone, line and rules, escalation to the cloud."""
+    document = scene_agent_config(
+        scene.root,
+        camera_url=at.camera_url,
+        model_path=models.edge,
+        class_names=models.class_names,
+        mqtt_port=at.mqtt_port,
+        mqtt_host=at.mqtt_host,
+        outbox_path=at.outbox,
+        agent_id=AGENT_ID,
+        loop_file=True,
+    )
+    if models.edge.suffix == ".onnx":
+        document["detector"]["input_size"] = list(EDGE_INPUT_SIZE)
+    document["mqtt"].update(topic_prefix=TOPIC_PREFIX, status_interval_s=2.0)
+    document["escalation"] = {
+        "enabled": True,
+        "cloud_address": at.cloud_address,
+        "per_camera_frames_per_s": escalation_fps,
+        "per_agent_frames_per_s": escalation_fps,
+        "deadline_ms": 2000,
+        "connection": {"reconnect_min_backoff_ms": 200, "reconnect_max_backoff_ms": 1000},
+    }
+    return document
+
+
+def overlay_of(document: dict[str, Any]) -> SceneOverlay:
+    """The camera's zones and lines (normalised) from an agent config document."""
+    (camera,) = document["cameras"]
+    return SceneOverlay(
+        zones=[(z["name"], [tuple(p) for p in z["points"]]) for z in camera["zones"]],
+        lines=[(ln["name"], [tuple(p) for p in ln["points"]]) for ln in camera["lines"]],
+    )
+
+
+class Printer:
+    """Thread-safe line output: progress from the main thread, alerts from the MQTT thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        """Print one line now."""
+        with self._lock:
+            print(line, flush=True)
+
+
+@contextlib.contextmanager
+def step(say: Callable[[str], None], what: str) -> Iterator[None]:
+    """Announce a start-up step and its duration; failures become `DemoError`s naming it."""
+    started = time.perf_counter()
+    try:
+        yield
+    except DemoError:
+        raise
+    except (ProcessStartError, BrokerUnavailableError, OSError, RuntimeError, ValueError) as exc:
+        raise DemoError(f"{what} failed: {exc}") from exc
+    say(f"   ready in {time.perf_counter() - started:.1f} s")
+
+
+@dataclass
+class Stack:
+    """What the run started, for the summary and the shutdown."""
+
+    scene: SceneFolder
+    scene_frames: int
+    scene_fps: float
+    models: Models
+    cloud: CloudService
+    camera: str  # "rtsp" or "file"
+    camera_url: str
+    broker: str  # "mosquitto", "amqtt" or "external host:port"
+    agent: EdgeAgent
+    feed: AlertFeed
+    recorder: RunRecorder
+    video: AnnotatedVideoWriter | None
+
+
+def start_stack(args: argparse.Namespace, say: Printer, stack: contextlib.ExitStack) -> Stack:
+    """Start every component in order; each is stopped by `stack` in reverse order."""
+    models = committed_models(args.edge_model)
+    with step(say, "rendering the scene"):
+        say("== scene: the scripted `events` scene (zone, line, loiterer) over real video")
+        spec = make_scenario("events", args.seed)
+        scene = prepare_scene(spec, args.out / "scenes")
+        say(f"   {scene.root}")
+    with step(say, "starting the cloud service"):
+        say(f"== cloud service: {models.cloud.name} on ONNX Runtime (CPU) ...")
+        cloud = start_cloud(models, args.cloud_threads)
+        stack.callback(cloud.close)
+        stack.callback(lambda: cloud.server.stop(grace=1.0).wait(5.0))
+        say(f"   gRPC on 127.0.0.1:{cloud.port}")
+    assert scene.video is not None  # noqa: S101 - written with video on
+    with step(say, "starting the camera"):
+        camera, url = start_camera(args.camera, scene.video, say, stack)
+    with step(say, "starting the MQTT broker"):
+        if args.mqtt_host:
+            host, port = args.mqtt_host, args.mqtt_port
+            broker = f"external {host}:{port}"
+        else:
+            local = start_broker(args.broker, args.out / "broker")
+            stack.callback(local.stop)
+            broker, host, port = local.kind, local.host, local.port
+        say(f"== MQTT broker: {broker} at {host}:{port}")
+        feed = AlertFeed(host, port, TOPIC_PREFIX, AGENT_ID, models.class_names, say)
+        stack.callback(feed.close)
+        if not feed.wait_subscribed(SUBSCRIBE_TIMEOUT_S):
+            raise DemoError(f"cannot subscribe on the MQTT broker at {host}:{port}")
+    with step(say, "starting the edge agent"):
+        outbox_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="demo-")))
+        at = Endpoints(url, host, port, f"127.0.0.1:{cloud.port}", outbox_dir / "outbox.sqlite3")
+        document = agent_document(scene, models, at, args.escalation_fps)
+        say(f"== edge agent: {models.edge.name}, tracker, rules, escalation <= "
+            f"{args.escalation_fps:g} frames/s")  # fmt: skip
+        agent = EdgeAgent.from_config(EdgeAgentConfig.model_validate(document))
+        video = None
+        if not args.no_video:
+            annotator = FrameAnnotator(models.class_names, overlay_of(document))
+            video = AnnotatedVideoWriter(args.out / "annotated.mp4", annotator, fps=spec.fps)
+            stack.callback(video.close)
+        recorder = RunRecorder(models.class_names, video)
+        agent.hooks.append(recorder)
+    return Stack(
+        scene,
+        spec.n_frames,
+        spec.fps,
+        models,
+        cloud,
+        camera,
+        url,
+        broker,
+        agent,
+        feed,
+        recorder,
+        video,
+    )
+
+
+def start_camera(
+    choice: str, video: Path, say: Printer, stack: contextlib.ExitStack
+) -> tuple[str, str]:
+    """("rtsp", url) with a started RTSP server, or ("file", path) for the paced file source."""
+    reason = rtsp_server_unavailable_reason() if choice != "file" else "--camera file"
+    if reason is None:
+        server = RtspServer(video, mount="camera")
+        server.start()
+        stack.callback(server.stop)
+        say(f"== camera: RTSP server (GStreamer) looping the scene at {server.url}")
+        return "rtsp", server.url
+    if choice == "rtsp":
+        raise DemoError(f"no RTSP server here: {reason}")
+    say(f"== camera: the scene file, paced at its frame rate (no RTSP server: {reason})")
+    return "file", str(video)

@@ -1,0 +1,68 @@
+"""The hybrid trade-off simulation (`bench._hybrid_sim`) on 20 frames of an `events` scene."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench._hybrid_sim import CloudAnswers, Variant, prepare_scene, score_run, simulate
+from edge_agent.config.escalation import EscalationConfig
+from tests.fixtures.rtsp import MEDIA_CACHE_DIR
+
+FRAMES = 20
+
+
+@pytest.fixture(scope="module")
+def scene_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bench-hybrid")
+
+
+def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
+    data = prepare_scene(
+        "events", 1, render_frames=FRAMES, cache_dir=scene_cache, media_dir=MEDIA_CACHE_DIR
+    )
+    assert data.n_frames == FRAMES and data.camera is not None
+    # Every frame hard, whole frames only: the answers come from the cache (no crops to run).
+    escalation = EscalationConfig.model_validate(
+        {
+            "per_camera_frames_per_s": 5.0,
+            "per_agent_frames_per_s": 5.0,
+            "burst_s": 1.0,
+            "refresh_interval_s": 0.01,
+            "regions": {"enabled": False},
+        }
+    )
+    answers = CloudAnswers(data, cache_dir=scene_cache)
+    runs = {
+        variant.mode: simulate(data, variant, answers)
+        for variant in (
+            Variant("edge", "edge"),
+            Variant("cloud", "cloud"),
+            Variant("hybrid", "hybrid", escalation, rtt_frames=2),
+        )
+    }
+    answers.close()
+    assert answers.computed == 0
+
+    assert runs["edge"].sent == 0 and runs["edge"].fused == 0
+    assert runs["cloud"].sent == FRAMES
+    assert runs["cloud"].bytes_sent == int(data.frame_bytes.sum())
+    hybrid = runs["hybrid"]
+    # Every frame after the first is due for a refresh: a full bucket of 5 frames is spent at
+    # once, then 5 frames/s (one every 5th frame at 25 fps).
+    first = hybrid.sent_frames[0]
+    assert first <= 1 and hybrid.sent_frames[:5] == list(range(first, first + 5))
+    assert all(np.diff(hybrid.sent_frames[6:]) >= 5)
+    assert 5 < hybrid.sent <= 10
+    assert hybrid.bytes_sent == int(data.frame_bytes[hybrid.sent_frames].sum())
+    in_flight = sum(1 for f in hybrid.sent_frames if f + 2 >= FRAMES)
+    assert hybrid.fused == hybrid.sent - in_flight and hybrid.fused_late == 0
+    for run in runs.values():
+        assert len(run.outputs) == len(run.loop_ms) == FRAMES
+        scores = score_run(data, run)
+        assert 0.0 <= scores.map50 <= 1.0 and 0.0 <= scores.f1 <= 1.0
+        assert scores.tracking.num_frames == FRAMES
+        assert scores.alerts is not None
+        assert np.isfinite(scores.tracking.idf1)
