@@ -296,13 +296,16 @@ def _compute_cache(scene: Scene, frames: int, jpeg_quality: int, threads: int, o
     logger.warning("caching edge and cloud detections of %s (%d frames)", scene.root.name, frames)
     names = class_names()
     edge, edge_ms, cloud, cloud_ms, sizes = [], [], [], [], []
-    processor, cloud_detector = cloud_processor(threads)
-    with edge_detector(threads) as detector, cloud_detector:
-        for index, image in enumerate(read_frames(str(scene.video), frames)):
+    # Edge first, on its own: its time per frame is the edge loop's detector time.
+    with edge_detector(threads) as detector:
+        for image in read_frames(str(scene.video), frames):
             started = time.perf_counter()
             (found,) = detector.detect([image])
             edge_ms.append((time.perf_counter() - started) * 1000.0)
             edge.append(found)
+    processor, cloud_detector = cloud_processor(threads)
+    with cloud_detector:
+        for index, image in enumerate(read_frames(str(scene.video), frames)):
             request = frame_request(image, index, jpeg_quality)
             sizes.append(payload_bytes(request))
             started = time.perf_counter()
@@ -457,20 +460,13 @@ def _cloud_votes(enabled: bool) -> Iterator[None]:
     if enabled:
         yield
         return
-    with patch.object(Track, "cloud_vote", lambda _self, _class_id: None):
+    with patch.object(Track, "cloud_vote", lambda _self, *_args: None):
         yield
 
 
 def fusion_settings(config: EscalationConfig, fps: float) -> FusionSettings:
-    """`FusionSettings` as `EdgeAgent.__init__` and `EdgeAgent._fusion_settings_for` build them."""
-    fusion = config.fusion
-    return FusionSettings(
-        horizon_frames=max(1, round(fusion.horizon_ms / 1000.0 * fps)),
-        min_iou=fusion.min_iou,
-        new_track_min_score=fusion.new_track_min_score,
-        remove_tentative=fusion.remove_tentative,
-        box_correction_gain=fusion.box_correction_gain,
-    )
+    """`FusionSettings` exactly as the agent builds them."""
+    return FusionSettings.from_config(config.fusion, fps)
 
 
 def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = None) -> SimRun:
@@ -654,7 +650,9 @@ def f1_counts(
 
 def observed_events(events: Sequence[RuleEvent], names: Sequence[str]) -> list[SceneEvent]:
     """`start` events of tracked objects as `SceneEvent`s, timed from the scene's first frame
-    (what `testbed.alert_check.observed_from_payloads` makes of the MQTT payloads)."""
+    (what `testbed.alert_check.observed_from_payloads` makes of the MQTT payloads), less those
+    a later `retract` withdrew."""
+    retracted = {(e.rule, e.track_id, e.timestamp_s) for e in events if e.phase == "retract"}
     return [
         SceneEvent(
             kind=e.kind,
@@ -664,7 +662,9 @@ def observed_events(events: Sequence[RuleEvent], names: Sequence[str]) -> list[S
             time_s=e.timestamp_s - SCENE_START_S,
         )
         for e in events
-        if e.phase == "start" and 0 <= e.class_id < len(names)
+        if e.phase == "start"
+        and 0 <= e.class_id < len(names)
+        and (e.rule, e.track_id, e.timestamp_s) not in retracted
     ]
 
 

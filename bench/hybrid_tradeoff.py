@@ -52,6 +52,8 @@ DEFAULT_SCENES = "quiet,crowded,small_far,events,events:2"
 TARGET_ACCURACY = 0.95  # of cloud-only
 TARGET_SHARE = 0.20  # of frames escalated
 DEFAULTS = EscalationConfig()
+STRICT_CLOUD_THRESHOLD = 0.5  # the second budget curve: cloud answers cut at this score
+STRICT = "budget, strict cloud"
 
 
 def _budget(frames_per_s: float, **updates: Any) -> EscalationConfig:
@@ -118,10 +120,13 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
     )
     # The cloud service's `confidence_threshold` raised for the answers (cloud-only keeps its
     # own): a low-scoring cloud box can win fusion's IoU match and relabel a track for good.
-    strict = {**common, "cloud_threshold": max(cloud_threshold, 0.5)}
-    for fps, regions in ((default_fps, True), (default_fps, False), (4.0, False)):
-        label = f"hybrid {fps:g} f/s{'' if regions else ', regions off'}, cloud >= 0.5"
-        config = _budget(fps, regions={"enabled": regions})
+    strict = {**common, "cloud_threshold": max(cloud_threshold, STRICT_CLOUD_THRESHOLD)}
+    for fps in BUDGETS:
+        label = f"hybrid {fps:g} f/s, cloud >= {STRICT_CLOUD_THRESHOLD:g}"
+        out.append(Variant(label, "hybrid", _budget(fps), group=STRICT, **strict))
+    for fps in (default_fps, 4.0):
+        label = f"hybrid {fps:g} f/s, regions off, cloud >= {STRICT_CLOUD_THRESHOLD:g}"
+        config = _budget(fps, regions={"enabled": False})
         out.append(Variant(label, "hybrid", config, group="policy", **strict))
     # What-ifs (see `Variant`): crops detected at their own scale; no cloud class votes.
     what_if: list[tuple[str, float, dict[str, Any]]] = [
@@ -367,7 +372,23 @@ def verdict(summaries: Sequence[Summary]) -> str:
             f"F1 {_pct(_ratio(default.f1, cloud.f1))}, alert recall "
             f"{_pct(_ratio(default.alert_recall, cloud.alert_recall))} of cloud-only."
         )
+    edge = next(s for s in summaries if s.variant.mode == "edge")
+    lines.append(
+        f"Edge only reaches mAP50 {_pct(_ratio(edge.map50, cloud.map50))}, F1 "
+        f"{_pct(_ratio(edge.f1, cloud.f1))}, alert recall "
+        f"{_pct(_ratio(edge.alert_recall, cloud.alert_recall))} of cloud-only by itself."
+    )
     hybrid = [s for s in summaries if s.variant.mode == "hybrid"]
+    real = [s for s in hybrid if s.variant.group != "what-if" and s.share <= TARGET_SHARE]
+    if real:
+        best = max(real, key=lambda s: s.map50)
+        lines.append(
+            f"Best hybrid setting (no what-if) within {TARGET_SHARE:.0%} of frames: "
+            f"{best.variant.name}: {_pct(best.share)} of frames, mAP50 "
+            f"{_pct(_ratio(best.map50, cloud.map50))}, F1 {_pct(_ratio(best.f1, cloud.f1))}, "
+            f"IDF1 {_pct(_ratio(best.idf1, cloud.idf1))}, alert recall "
+            f"{_pct(_ratio(best.alert_recall, cloud.alert_recall))} of cloud-only."
+        )
     meeting = [s for s in hybrid if _meets(s, cloud)]
     if meeting:
         best = min(meeting, key=lambda s: s.share)
@@ -382,7 +403,7 @@ def verdict(summaries: Sequence[Summary]) -> str:
             f"No hybrid variant meets every target (>= {TARGET_ACCURACY:.0%} of cloud mAP50, "
             f"F1 and alert recall at <= {TARGET_SHARE:.0%} of frames)."
         )
-    return "\n".join(lines)
+    return "\n\n".join(lines)
 
 
 def plot(summaries: Sequence[Summary], path: Path) -> None:
@@ -394,7 +415,11 @@ def plot(summaries: Sequence[Summary], path: Path) -> None:
 
     cloud = next(s for s in summaries if s.variant.mode == "cloud")
     edge = next(s for s in summaries if s.variant.mode == "edge")
-    budget = [s for s in summaries if s.variant.group == "budget"]
+    curves = [
+        ([s for s in summaries if s.variant.group == "budget"], "o-", "budgets"),
+        ([s for s in summaries if s.variant.group == STRICT], "s--",
+         f"budgets, cloud >= {STRICT_CLOUD_THRESHOLD:g}"),
+    ]  # fmt: skip
     policy = [s for s in summaries if s.variant.group == "policy"]
     what_if = [s for s in summaries if s.variant.group == "what-if"]
     metrics: list[tuple[str, Callable[[Summary], float]]] = [
@@ -403,25 +428,27 @@ def plot(summaries: Sequence[Summary], path: Path) -> None:
         ("IDF1", lambda s: s.idf1),
         ("alert recall", lambda s: s.alert_recall),
     ]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), dpi=90)
     for ax, pair in zip(axes, (metrics[:2], metrics[2:]), strict=True):
         for (name, metric), colour in zip(pair, ("tab:blue", "tab:orange"), strict=True):
             ref = metric(cloud)
-            xs = [0.0] + [100.0 * s.share for s in budget]
-            ys = [_ratio(metric(edge), ref)] + [_ratio(metric(s), ref) for s in budget]
-            ax.plot(xs, ys, "o-", color=colour, label=f"{name}: edge only → budgets")
-            ax.annotate("edge", (xs[0], ys[0]), textcoords="offset points", xytext=(3, 4),
-                        fontsize=7)  # fmt: skip
-            for s, x, y in zip(budget, xs[1:], ys[1:], strict=True):
-                ax.annotate(f"{s.variant.escalation.per_camera_frames_per_s:g}", (x, y),
-                            textcoords="offset points", xytext=(3, -10), fontsize=7)  # fmt: skip
+            for budget, style, label in curves:
+                xs = [0.0] + [100.0 * s.share for s in budget]
+                ys = [_ratio(metric(edge), ref)] + [_ratio(metric(s), ref) for s in budget]
+                ax.plot(xs, ys, style, color=colour, ms=4, label=f"{name}: edge only → {label}")
+                for s, x, y in zip(budget, xs[1:], ys[1:], strict=True):
+                    text = f"{s.variant.escalation.per_camera_frames_per_s:g}"
+                    ax.annotate(text, (x, y), textcoords="offset points", xytext=(3, -10),
+                                fontsize=7)  # fmt: skip
+            ax.annotate("edge", (0.0, _ratio(metric(edge), ref)), textcoords="offset points",
+                        xytext=(3, 4), fontsize=7)  # fmt: skip
             ax.scatter([100.0 * s.share for s in policy],
                        [_ratio(metric(s), ref) for s in policy],
                        marker="x", color=colour, s=25)  # fmt: skip
             ax.scatter([100.0 * s.share for s in what_if],
                        [_ratio(metric(s), ref) for s in what_if],
                        marker="^", facecolor="none", edgecolor=colour, s=30)  # fmt: skip
-            default = next((s for s in budget if s.variant.is_default), None)
+            default = next((s for s in summaries if s.variant.is_default), None)
             if default is not None:
                 ax.scatter([100.0 * default.share], [_ratio(metric(default), ref)], marker="*",
                            s=220, color=colour, edgecolor="black", zorder=5)  # fmt: skip
@@ -431,7 +458,7 @@ def plot(summaries: Sequence[Summary], path: Path) -> None:
         ax.set_xlabel("frames escalated (%)   numbers: budget f/s; x: policy; △: what-if")
         ax.set_ylabel("relative to cloud only")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=6, loc="lower right")
     axes[0].set_title("detection (★ default config)")
     axes[1].set_title("tracking and alerts")
     fig.tight_layout()

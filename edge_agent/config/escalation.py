@@ -190,6 +190,21 @@ class FusionConfig(StrictModel):
     min_iou: float = Field(
         default=0.3, gt=0.0, le=1.0, description="Least IoU between a cloud box and a track's box."
     )
+    min_cloud_score: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Cloud boxes scoring lower are ignored: a weak cloud guess must not relabel a track "
+            "(measured: fusing boxes down to 0.2 made the hybrid worse than the edge alone)."
+        ),
+    )
+    hold_ms: int = Field(
+        default=500,
+        ge=0,
+        le=10_000,
+        description="Report a track the cloud vouched for this long even where the edge misses it.",
+    )
     new_track_min_score: float = Field(
         default=0.5,
         ge=0.0,

@@ -101,10 +101,13 @@ class FrameSignals:
         motion_score: float | None = None,
     ) -> FrameSignals:
         """Signals of a frame from its detections (after tracking) and the tracker's tracks."""
+        low, high = config.uncertain_confidence_low, config.uncertain_confidence_high
+        # Boxes below the uncertain band (the tracker's low-score second pass keeps them) are
+        # noise to the policy: counted, they made nearly every frame "hard" (bench.hybrid_tradeoff).
+        detections = detections[detections.confidence >= low]
         xyxy = detections.xyxy.astype(np.float64)
         confidence = detections.confidence
-        low, high = config.uncertain_confidence_low, config.uncertain_confidence_high
-        uncertain = (confidence >= low) & (confidence < high)
+        uncertain = confidence < high
         areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
         frame_area = float(frame_width * frame_height)
         small = areas < config.signals.small_object_area_fraction * frame_area

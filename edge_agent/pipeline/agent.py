@@ -81,12 +81,6 @@ class EdgeAgent:
             AgentTelemetry(metrics, config.detector.runtime.type) if metrics is not None else None
         )
         self.escalation = escalation
-        self.fusion_settings = FusionSettings(
-            min_iou=config.escalation.fusion.min_iou,
-            new_track_min_score=config.escalation.fusion.new_track_min_score,
-            remove_tentative=config.escalation.fusion.remove_tentative,
-            box_correction_gain=config.escalation.fusion.box_correction_gain,
-        )
         self.workers: list[CameraWorker] = []
         self.status: dict[str, CameraStatus] = {}
         self._next_status_s = 0.0
@@ -255,9 +249,7 @@ class EdgeAgent:
             logger.debug("camera %s: answer for frame %d too late", worker.name, result.frame_id)
 
     def _fusion_settings_for(self, worker: CameraWorker) -> FusionSettings:
-        horizon_s = self.config.escalation.fusion.horizon_ms / 1000.0
-        frames = max(1, round(horizon_s * worker.config.target_fps))
-        return replace(self.fusion_settings, horizon_frames=frames)
+        return FusionSettings.from_config(self.config.escalation.fusion, worker.config.target_fps)
 
     def _worker(self, name: str) -> CameraWorker | None:
         return next((w for w in self.workers if w.name == name), None)

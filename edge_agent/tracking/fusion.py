@@ -3,9 +3,10 @@
 A cloud answer refers to a frame already in the past. Its boxes are matched (IoU, Hungarian)
 against the boxes the tracks had *at that frame* (`Track.history`), then:
 
+- only confident cloud boxes count (`min_cloud_score`), one per object whatever its class;
 - a matched track takes the cloud's class (cloud votes outrank edge votes), a tentative one is
-  confirmed, and the current state is nudged by the offset between the cloud box and the track's
-  box at that frame;
+  confirmed, the current state is nudged by the offset between the cloud box and the track's
+  box at that frame, and the track is reported for `hold_frames` even where the edge misses it;
 - a tentative track the cloud looked at and did not see is removed (an edge false positive);
 - a confident cloud box that no track explains becomes a new confirmed track (an object the edge
   missed), started at that frame and predicted forward to the present by the Kalman filter;
@@ -24,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
+from edge_agent.config.escalation import FusionConfig
 from edge_agent.tracking.kalman import xyxy_to_xyah
 from edge_agent.tracking.matching import iou_cost, linear_assignment
 from edge_agent.tracking.track import Track, TrackState
@@ -37,11 +39,27 @@ class FusionSettings:
     """How much a cloud answer is trusted, and for how long it is useful."""
 
     horizon_frames: int = 25
+    min_cloud_score: float = 0.5
+    duplicate_iou: float = 0.7
+    hold_frames: int = 12
     min_iou: float = 0.3
     box_correction_gain: float = 0.5
     new_track_min_score: float = 0.5
     remove_tentative: bool = True
     history_tolerance_frames: int = 1
+
+    @classmethod
+    def from_config(cls, config: FusionConfig, fps: float) -> FusionSettings:
+        """Settings of `escalation.fusion` for a camera analysed at `fps` frames/s."""
+        return cls(
+            horizon_frames=max(1, round(config.horizon_ms / 1000.0 * fps)),
+            min_cloud_score=config.min_cloud_score,
+            hold_frames=round(config.hold_ms / 1000.0 * fps),
+            min_iou=config.min_iou,
+            box_correction_gain=config.box_correction_gain,
+            new_track_min_score=config.new_track_min_score,
+            remove_tentative=config.remove_tentative,
+        )
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,27 @@ def _inside(point: tuple[float, float], regions: Sequence[Box]) -> bool:
 
 def _centre(xyxy: npt.NDArray[np.float64]) -> tuple[float, float]:
     return (float(xyxy[0] + xyxy[2]) / 2.0, float(xyxy[1] + xyxy[3]) / 2.0)
+
+
+def _trusted_rows(cloud: Detections, regions: Sequence[Box], s: FusionSettings) -> list[int]:
+    """Cloud boxes worth acting on: confident, inside what was looked at, one per object.
+
+    The cloud's NMS is per class, so one object can come back as "car 0.25" and "truck 0.59";
+    only the best box of such a cluster is kept, whatever its class.
+    """
+    keep = cloud.confidence >= s.min_cloud_score
+    if regions:
+        keep &= np.array([_inside(_centre(b), regions) for b in cloud.xyxy], dtype=bool)
+    candidates = [int(i) for i in np.flatnonzero(keep)]
+    candidates.sort(key=lambda i: -float(cloud.confidence[i]))
+    chosen: list[int] = []
+    for i in candidates:
+        if chosen:
+            overlap = 1.0 - iou_cost(cloud.xyxy[chosen], cloud.xyxy[i : i + 1])
+            if float(overlap.max()) >= s.duplicate_iou:
+                continue
+        chosen.append(i)
+    return sorted(chosen)
 
 
 def fuse_answer(
@@ -88,10 +127,7 @@ def fuse_answer(
         box = track.box_at(frame_index, s.history_tolerance_frames)
         if box is not None and (not regions or _inside(_centre(box), regions)):
             then.append((track, box))
-    keep = np.ones(len(cloud), dtype=bool)
-    if regions:
-        keep = np.array([_inside(_centre(b), regions) for b in cloud.xyxy], dtype=bool)
-    rows = [int(i) for i in np.flatnonzero(keep)]
+    rows = _trusted_rows(cloud, regions, s)
 
     matches: list[tuple[int, int]] = []
     unmatched_tracks = list(range(len(then)))
@@ -109,7 +145,7 @@ def fuse_answer(
     for t, c in matches:
         track, box_then = then[t]
         before = track.class_id
-        track.cloud_vote(int(cloud.class_id[c]))
+        track.cloud_vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.hold_frames)
         reclassified += int(track.class_id != before)
         if track.is_tentative:
             track.confirm()
@@ -129,7 +165,7 @@ def fuse_answer(
     created = 0
     present = [t.to_xyxy() for t in tracker.tracks]
     for c in unmatched_cloud:
-        if float(cloud.confidence[c]) < s.new_track_min_score:
+        if float(cloud.confidence[c]) < max(s.new_track_min_score, s.min_cloud_score):
             continue
         if present:
             overlap = 1.0 - iou_cost(np.stack(present), cloud.xyxy[c : c + 1])
@@ -137,7 +173,7 @@ def fuse_answer(
                 continue  # a track already covers it now (it moved since that frame)
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED
-        track.cloud_vote(int(cloud.class_id[c]))
+        track.cloud_vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.hold_frames)
         present.append(track.to_xyxy())
         created += 1
     return FusionResult(len(matches), reclassified, confirmed, removed, created)

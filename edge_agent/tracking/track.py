@@ -51,6 +51,8 @@ class Track:
         self.state = TrackState.CONFIRMED if n_init <= 1 else TrackState.TENTATIVE
         self._class_votes: Counter[int] = Counter({class_id: 1})
         self._cloud_votes: Counter[int] = Counter()
+        self.cloud_hold = 0  # frames this track is still reported without an edge detection
+        self.cloud_score = 0.0  # score of the last cloud box matched to it
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
         self.history: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
         self._record(frame_index, xyxy, feature)
@@ -110,9 +112,12 @@ class Track:
         if self.is_tentative and self.hits >= self.n_init:
             self.state = TrackState.CONFIRMED
 
-    def cloud_vote(self, class_id: int) -> None:
-        """Record the cloud model's class for this object; cloud votes outrank edge votes."""
+    def cloud_vote(self, class_id: int, score: float = 1.0, hold_frames: int = 0) -> None:
+        """Record the cloud model's class for this object (cloud votes outrank edge votes) and
+        keep reporting the track for `hold_frames` frames even where the edge misses it."""
         self._cloud_votes[class_id] += 1
+        self.cloud_score = float(score)
+        self.cloud_hold = max(self.cloud_hold, int(hold_frames))
 
     def confirm(self) -> None:
         """Confirm a tentative track at once (the cloud saw the object too)."""

@@ -37,6 +37,9 @@ def _check_range(
 class DeepSortTracker:
     """DeepSORT with a ByteTrack-style second pass for low-score detections.
 
+    Tracks a cloud answer vouched for are also reported for a while without an edge detection
+    (extra rows after the detections' own; see `_cloud_held`).
+
     Each `update` takes one frame's detections (and optionally their appearance embeddings,
     one row per detection) and returns a new `Detections`, same rows and order, with
     `tracker_id` set where a detection is matched to a confirmed track and -1 elsewhere.
@@ -187,7 +190,31 @@ class DeepSortTracker:
             if track.is_deleted:
                 self._feature_frame.pop(track.track_id, None)
         self.tracks = [t for t in self.tracks if not t.is_deleted]
-        return Detections(detections.xyxy, detections.confidence, class_id, tracker_id)
+        matched = {int(t) for t in tracker_id if t >= 0}
+        tracked = Detections(detections.xyxy, detections.confidence, class_id, tracker_id)
+        return Detections.concatenate([tracked, self._cloud_held(matched)])
+
+    def _cloud_held(self, matched: set[int]) -> Detections:
+        """Rows for confirmed tracks the cloud vouched for recently that the edge missed now.
+
+        The cloud sees objects the edge cannot (small, far, occluded); for `cloud_hold` frames
+        after an answer such a track is reported at its predicted box with the cloud's score.
+        """
+        rows = []
+        for track in self.tracks:
+            if track.cloud_hold <= 0:
+                continue
+            track.cloud_hold -= 1
+            if track.is_confirmed and track.track_id not in matched:
+                rows.append(track)
+        if not rows:
+            return Detections.empty()
+        return Detections(
+            np.stack([t.to_xyxy() for t in rows]).astype(np.float32),
+            np.array([t.cloud_score for t in rows], dtype=np.float32),
+            np.array([t.class_id for t in rows], dtype=np.int64),
+            np.array([t.track_id for t in rows], dtype=np.int64),
+        )
 
     def spawn_track(self, xyxy: npt.ArrayLike, class_id: int, frame_index: int) -> Track:
         """Start a track for a box seen at past frame `frame_index` (a cloud answer) and predict

@@ -108,3 +108,30 @@ def test_box_offset_at_that_frame_nudges_the_current_state() -> None:
     fuse_answer(tracker, 6, _dets((x1 + 10.0, y1, x2 + 10.0, y2, 0.9, PERSON)))
     shift = tracker.tracks[0].to_xyxy() - before
     assert shift[0] == pytest.approx(5.0, abs=0.5) and shift[1] == pytest.approx(0.0, abs=0.5)
+
+
+def test_a_weak_cloud_box_never_relabels_and_one_object_gives_one_box() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    for f in range(6):
+        tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
+    box = _moving_box(4)
+    weak_person = (*box, 0.3, PERSON)
+    result = fuse_answer(tracker, 4, _dets(weak_person))
+    assert result.matched == 0 and tracker.tracks[0].class_id == CAR
+    # Per-class NMS at the cloud: "person 0.55" and "car 0.8" on one object; the best one wins.
+    result = fuse_answer(tracker, 4, _dets((*box, 0.55, PERSON), (*box, 0.8, CAR)))
+    assert (result.matched, result.reclassified, result.created) == (1, 0, 0)
+
+
+def test_a_track_the_cloud_vouched_for_is_reported_for_a_while_without_the_edge() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    settings = FusionSettings(hold_frames=3)
+    for _ in range(4):
+        tracker.update(Detections.empty())
+    fuse_answer(tracker, 2, _dets((300.0, 50.0, 340.0, 150.0, 0.8, PERSON)), settings=settings)
+    (track,) = tracker.tracks
+    reported = [tracker.update(Detections.empty()) for _ in range(5)]
+    assert [len(d) for d in reported] == [1, 1, 1, 0, 0]
+    first = reported[0]
+    assert first.tracker_id.tolist() == [track.track_id] and first.class_id.tolist() == [PERSON]
+    assert first.confidence.tolist() == pytest.approx([0.8])
