@@ -43,6 +43,7 @@ class FusionSettings:
     duplicate_iou: float = 0.7
     hold_frames: int = 12
     min_iou: float = 0.3
+    covered_iou: float = 0.5
     box_correction_gain: float = 0.5
     new_track_min_score: float = 0.5
     remove_tentative: bool = True
@@ -169,7 +170,7 @@ def fuse_answer(
             continue
         if present:
             overlap = 1.0 - iou_cost(np.stack(present), cloud.xyxy[c : c + 1])
-            if float(overlap.max()) >= s.min_iou:
+            if float(overlap.max()) >= s.covered_iou:
                 continue  # a track already covers it now (it moved since that frame)
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED

@@ -206,7 +206,10 @@ class DeepSortTracker:
                 continue
             track.cloud_hold -= 1
             if track.is_confirmed and track.track_id not in matched:
-                rows.append(track)
+                box = track.to_xyxy()
+                # Coasting on the Kalman prediction alone can shrink a box to nothing.
+                if np.all(np.isfinite(box)) and box[2] > box[0] and box[3] > box[1]:
+                    rows.append(track)
         if not rows:
             return Detections.empty()
         return Detections(

@@ -135,3 +135,14 @@ def test_a_track_the_cloud_vouched_for_is_reported_for_a_while_without_the_edge(
     first = reported[0]
     assert first.tracker_id.tolist() == [track.track_id] and first.class_id.tolist() == [PERSON]
     assert first.confidence.tolist() == pytest.approx([0.8])
+
+
+def test_a_held_track_whose_prediction_collapses_is_not_reported() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    fuse_answer(tracker, -1, Detections.empty())  # nothing yet
+    for f in range(3):
+        tracker.update(_dets((100.0, 100.0 - 20 * f, 140.0, 200.0 - 40 * f, 0.9, PERSON)))
+    (track,) = tracker.tracks
+    track.cloud_vote(PERSON, 0.9, hold_frames=40)
+    rows = [len(tracker.update(Detections.empty())) for _ in range(10)]
+    assert rows[0] == 1 and rows[-1] == 0  # the shrinking box stops being reported
