@@ -14,7 +14,11 @@ from cloud_service.decoders.factory import create_decoder
 from cloud_service.engines import Engine, create_engine
 from cloud_service.jpeg import BgrImage
 from cloud_service.metrics import MetricsExporter, ServiceMetrics, start_metrics_exporter
-from cloud_service.processor import BatchDetector, DetectorFrameProcessor, ModelInfo
+from cloud_service.processor import (
+    DetectorFrameProcessor,
+    ModelInfo,
+    ScaleAwareDetector,
+)
 from cloud_service.server import (
     DrainingServer,
     ServerBindError,
@@ -34,14 +38,16 @@ class SerializedDetector:
     gain nothing over a batch.
     """
 
-    def __init__(self, detector: BatchDetector) -> None:
+    def __init__(self, detector: ScaleAwareDetector) -> None:
         self._detector = detector
         self._lock = threading.Lock()
 
-    def detect(self, images: Sequence[BgrImage]) -> list[Detections]:
-        """Detect on `images` while holding the lock."""
+    def detect(
+        self, images: Sequence[BgrImage], *, scale_up: bool | Sequence[bool] = True
+    ) -> list[Detections]:
+        """Detect on `images` while holding the lock (`scale_up`: see `Engine.detect`)."""
         with self._lock:
-            return self._detector.detect(images)
+            return self._detector.detect(images, scale_up=scale_up)
 
 
 class BatcherDrainingServer(DrainingServer):

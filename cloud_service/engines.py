@@ -109,9 +109,12 @@ class Engine:
             )
         return timings_ms
 
-    def detect(self, images: Sequence[BgrImage]) -> list[Detections]:
-        """Detections per image (boxes in each image's pixels)."""
-        return self.detector.detect(images)
+    def detect(
+        self, images: Sequence[BgrImage], *, scale_up: bool | Sequence[bool] = True
+    ) -> list[Detections]:
+        """Detections per image (boxes in each image's pixels); `scale_up` False per image keeps
+        small images (region crops) at their own scale instead of enlarging them."""
+        return self.detector.detect(images, scale_up=scale_up)
 
     def close(self) -> None:
         """Release the runtime."""

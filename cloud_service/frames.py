@@ -38,6 +38,15 @@ class ImageToSource:
     offset_y: float
     region_index: int | None
 
+    @property
+    def scale_up(self) -> bool:
+        """Whether the detector may enlarge the image to its input size.
+
+        Whole frames: yes, as always. Region crops: never; they run at native scale, since a
+        64-200 px crop enlarged 4-10x shows objects far larger than the model learned them.
+        """
+        return self.region_index is None
+
 
 @dataclass(frozen=True)
 class PreparedFrame:

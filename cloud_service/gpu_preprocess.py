@@ -1,8 +1,10 @@
 """Letterbox on the GPU for images that NVJPEG already decoded there (torch ops, lazy import).
 
-Same geometry and `LetterboxInfo` as `detection.letterbox.letterbox_batch` (which runs on the
-CPU with OpenCV), so boxes map back to source pixels the same way. Resizing is bilinear, with
-antialiasing when shrinking (OpenCV uses INTER_AREA there): pixel values differ by a few levels.
+Same geometry (`detection.letterbox.letterbox_geometry`, re-exported here) and `LetterboxInfo`
+as `detection.letterbox.letterbox_batch` (which runs on the CPU with OpenCV), so boxes map back
+to source pixels the same way, `scale_up=False` (native-scale region crops) included. Resizing
+is bilinear, with antialiasing when shrinking (OpenCV uses INTER_AREA there): pixel values
+differ by a few levels.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from detection.errors import DetectionError, RuntimeUnavailableError
-from detection.letterbox import PAD_VALUE, LetterboxInfo
+from detection.letterbox import PAD_VALUE, LetterboxInfo, letterbox_geometry, scale_up_flags
 
 logger = logging.getLogger(__name__)
 
 DeviceTensor = Any  # torch.Tensor
+
+__all__ = ["DeviceTensor", "letterbox_batch_gpu", "letterbox_geometry", "to_host"]
 
 
 def _import_torch() -> Any:
@@ -32,24 +36,6 @@ def _import_torch() -> Any:
     return torch
 
 
-def letterbox_geometry(
-    source_shape: tuple[int, int], new_shape: tuple[int, int]
-) -> tuple[tuple[int, int], tuple[int, int], LetterboxInfo]:
-    """((new_h, new_w), (top, left), info) placing a `source_shape` image into `new_shape`.
-
-    The arithmetic of `detection.letterbox.letterbox`: fit keeping the aspect ratio, pad evenly.
-    """
-    src_h, src_w = source_shape
-    dst_h, dst_w = new_shape
-    if min(src_h, src_w, dst_h, dst_w) <= 0:
-        raise DetectionError(f"shapes must be positive, got {source_shape} -> {new_shape}")
-    scale = min(dst_h / src_h, dst_w / src_w)
-    new_w, new_h = round(src_w * scale), round(src_h * scale)
-    pad_x, pad_y = (dst_w - new_w) / 2, (dst_h - new_h) / 2
-    top, left = round(pad_y - 0.1), round(pad_x - 0.1)
-    return (new_h, new_w), (top, left), LetterboxInfo(scale, left, top, (src_h, src_w))
-
-
 def _check_image(torch: Any, index: int, image: DeviceTensor) -> None:
     if not isinstance(image, torch.Tensor) or image.dtype != torch.uint8:
         raise DetectionError(f"image {index}: expected a uint8 torch tensor, got {image!r:.60}")
@@ -60,14 +46,21 @@ def _check_image(torch: Any, index: int, image: DeviceTensor) -> None:
 
 
 def letterbox_batch_gpu(
-    images: Sequence[DeviceTensor], new_shape: tuple[int, int], pad_value: int = PAD_VALUE
+    images: Sequence[DeviceTensor],
+    new_shape: tuple[int, int],
+    pad_value: int = PAD_VALUE,
+    *,
+    scale_up: bool | Sequence[bool] = True,
 ) -> tuple[DeviceTensor, list[LetterboxInfo]]:
     """Letterbox `uint8 (3, h, w)` RGB tensors into one float32 `(B, 3, H, W)` batch in 0..1.
 
     The batch stays on the images' device (all must share one); the infos map boxes back.
+    `scale_up` (one flag, or one per image) as in `detection.letterbox.letterbox_batch`: False
+    keeps a smaller image at native scale (region crops).
     """
     if len(images) == 0:
         raise DetectionError("letterbox_batch_gpu needs at least one image")
+    flags = scale_up_flags(scale_up, len(images))
     torch = _import_torch()
     functional = torch.nn.functional
     dst_h, dst_w = new_shape
@@ -75,9 +68,12 @@ def letterbox_batch_gpu(
     fill = pad_value / 255.0
     batch = torch.full((len(images), 3, dst_h, dst_w), fill, dtype=torch.float32, device=device)
     infos: list[LetterboxInfo] = []
-    for index, image in enumerate(images):
+    for index, (image, flag) in enumerate(zip(images, flags, strict=True)):
         _check_image(torch, index, image)
-        (new_h, new_w), (top, left), info = letterbox_geometry(tuple(image.shape[1:]), new_shape)
+        source_shape = (int(image.shape[1]), int(image.shape[2]))
+        (new_h, new_w), (top, left), info = letterbox_geometry(
+            source_shape, new_shape, scale_up=flag
+        )
         resized = image.unsqueeze(0).float()
         if (new_h, new_w) != tuple(image.shape[1:]):
             resized = functional.interpolate(

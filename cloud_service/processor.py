@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 import grpc
 
@@ -25,6 +26,34 @@ class BatchDetector(Protocol):
     def detect(self, images: Sequence[BgrImage]) -> list[Detections]:
         """One `Detections` per image, in order."""
         ...
+
+
+class ScaleAwareDetector(Protocol):
+    """A `BatchDetector` that can be told per image not to enlarge it (`detection.Detector`).
+
+    The processor passes `scale_up=False` for region crops so they run at native scale, and
+    True for whole frames. A detector whose `detect` takes no `scale_up` keyword still works,
+    but its region crops are enlarged to the model input like whole frames.
+    """
+
+    def detect(
+        self, images: Sequence[BgrImage], *, scale_up: bool | Sequence[bool] = True
+    ) -> list[Detections]:
+        """One `Detections` per image, in order; `scale_up`: one flag, or one per image."""
+        ...
+
+
+def accepts_scale_up(detector: BatchDetector) -> bool:
+    """Whether `detector.detect` takes a `scale_up` keyword (or any keyword, `**kwargs`)."""
+    try:
+        parameters = inspect.signature(detector.detect).parameters.values()
+    except (TypeError, ValueError):  # builtins or C callables without a signature
+        return False
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(
+        (p.name == "scale_up" and p.kind in keyword) or p.kind is inspect.Parameter.VAR_KEYWORD
+        for p in parameters
+    )
 
 
 @dataclass(frozen=True)
@@ -75,6 +104,10 @@ class DetectorFrameProcessor:
 
     The JPEGs of all live frames go to `decoder` in one batch call. Without a `decoder`, a
     one-thread CPU decoder with `limits` is used; a `decoder` carries its own limits.
+
+    Whole frames and region crops go to the detector in one call; region crops are run at native
+    scale (`scale_up=False` for them, see `ScaleAwareDetector`), whole frames are letterboxed as
+    before.
     """
 
     def __init__(
@@ -94,6 +127,8 @@ class DetectorFrameProcessor:
             decoder if decoder is not None else CpuDecoder(limits=limits or JpegLimits())
         )
         self._clock = clock
+        self._scale_aware = accepts_scale_up(detector)
+        self._warned_upscaled_regions = False
 
     def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
         """Decode, detect and build one `FrameResult` per request (same order)."""
@@ -145,9 +180,10 @@ class DetectorFrameProcessor:
         images = [image for frame in prepared.values() for image in frame.images]
         if not images:
             return 0.0
+        scale_up = [mapping.scale_up for frame in prepared.values() for mapping in frame.mappings]
         started = time.perf_counter()
         try:
-            found = self._detector.detect(images)
+            found = self._run_detector(images, scale_up)
             if len(found) != len(images):
                 raise RuntimeError(
                     f"detector returned {len(found)} results for {len(images)} images"
@@ -170,3 +206,16 @@ class DetectorFrameProcessor:
             result.model_name = self._model.name
             result.model_version = self._model.version
         return elapsed_ms
+
+    def _run_detector(self, images: list[BgrImage], scale_up: list[bool]) -> list[Detections]:
+        """One detector call; `scale_up[i]` False keeps `images[i]` at native scale if it can."""
+        if self._scale_aware:
+            return cast(ScaleAwareDetector, self._detector).detect(images, scale_up=scale_up)
+        if not all(scale_up) and not self._warned_upscaled_regions:
+            self._warned_upscaled_regions = True
+            logger.warning(
+                "%s.detect takes no scale_up: region crops are enlarged to the model input "
+                "like whole frames, which hurts their accuracy",
+                type(self._detector).__name__,
+            )
+        return self._detector.detect(images)

@@ -90,12 +90,23 @@ class Detector:
         """The config this detector was built from."""
         return self._config
 
-    def detect(self, images: Sequence[npt.NDArray[np.uint8]]) -> list[Detections]:
-        """Detect objects in BGR `uint8 (H, W, 3)` frames; boxes in each frame's own pixels."""
+    def detect(
+        self,
+        images: Sequence[npt.NDArray[np.uint8]],
+        *,
+        scale_up: bool | Sequence[bool] = True,
+    ) -> list[Detections]:
+        """Detect objects in BGR `uint8 (H, W, 3)` frames; boxes in each frame's own pixels.
+
+        `scale_up` (one flag, or one per image): whether an image smaller than the model input
+        is enlarged to fit it (the default, for whole frames) or run at its native scale, centred
+        on the padding (False: crops such as escalated regions, so objects keep the size the
+        model learned them at). Images larger than the input always shrink to fit.
+        """
         if len(images) == 0:
             return []
         _check_images(images)
-        batch, infos = letterbox_batch(images, self._input_shape)
+        batch, infos = letterbox_batch(images, self._input_shape, scale_up=scale_up)
         output = self._infer(batch)
         candidates = decode_yolo(
             output,

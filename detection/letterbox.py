@@ -52,41 +52,87 @@ def _check_image(image: npt.NDArray[np.uint8]) -> None:
         raise DetectionError(f"image must not be empty, got {image.shape}")
 
 
-def letterbox(
-    image: npt.NDArray[np.uint8], new_shape: tuple[int, int], color: int = PAD_VALUE
-) -> tuple[npt.NDArray[np.uint8], LetterboxInfo]:
-    """Resize `image` to fit `new_shape` (h, w) keeping its aspect ratio; pad the rest evenly."""
-    _check_image(image)
+def letterbox_geometry(
+    source_shape: tuple[int, int], new_shape: tuple[int, int], *, scale_up: bool = True
+) -> tuple[tuple[int, int], tuple[int, int], LetterboxInfo]:
+    """((new_h, new_w), (top, left), info) placing a `source_shape` (h, w) image into `new_shape`.
+
+    The image is fitted keeping its aspect ratio and centred; the rest is padding. With
+    `scale_up=False` an image smaller than `new_shape` keeps its native size (scale 1, as
+    ultralytics' `scaleup=False`); larger images still shrink to fit.
+    """
+    src_h, src_w = source_shape
     dst_h, dst_w = new_shape
     if dst_h <= 0 or dst_w <= 0:
         raise DetectionError(f"new_shape must be positive (h, w), got {new_shape}")
-    src_h, src_w = image.shape[:2]
+    if src_h <= 0 or src_w <= 0:
+        raise DetectionError(f"source_shape must be positive (h, w), got {source_shape}")
     scale = min(dst_h / src_h, dst_w / src_w)
+    if not scale_up:
+        scale = min(scale, 1.0)
     new_w, new_h = round(src_w * scale), round(src_h * scale)
     pad_x, pad_y = (dst_w - new_w) / 2, (dst_h - new_h) / 2
+    top, left = round(pad_y - 0.1), round(pad_x - 0.1)
+    return (new_h, new_w), (top, left), LetterboxInfo(scale, left, top, (src_h, src_w))
+
+
+def scale_up_flags(scale_up: bool | Sequence[bool], count: int) -> list[bool]:
+    """One `scale_up` flag per image: a single bool for all, or a sequence of `count` flags."""
+    if isinstance(scale_up, bool):
+        return [scale_up] * count
+    flags = [bool(flag) for flag in scale_up]
+    if len(flags) != count:
+        raise DetectionError(f"scale_up has {len(flags)} flags for {count} images")
+    return flags
+
+
+def letterbox(
+    image: npt.NDArray[np.uint8],
+    new_shape: tuple[int, int],
+    color: int = PAD_VALUE,
+    *,
+    scale_up: bool = True,
+) -> tuple[npt.NDArray[np.uint8], LetterboxInfo]:
+    """Resize `image` to fit `new_shape` (h, w) keeping its aspect ratio; pad the rest evenly.
+
+    `scale_up=False` never enlarges: a smaller image is centred at its native size.
+    """
+    _check_image(image)
+    src_h, src_w = image.shape[:2]
+    (new_h, new_w), (top, left), info = letterbox_geometry(
+        (src_h, src_w), new_shape, scale_up=scale_up
+    )
     if (new_w, new_h) != (src_w, src_h):
-        interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
+        interpolation = cv2.INTER_AREA if info.scale < 1 else cv2.INTER_LINEAR
         image = np.asarray(
             cv2.resize(image, (new_w, new_h), interpolation=interpolation), dtype=np.uint8
         )
-    top, left = round(pad_y - 0.1), round(pad_x - 0.1)
+    dst_h, dst_w = new_shape
     bottom, right = dst_h - new_h - top, dst_w - new_w - left
     out = cv2.copyMakeBorder(
         image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(color, color, color)
     )
-    return np.asarray(out, dtype=np.uint8), LetterboxInfo(scale, left, top, (src_h, src_w))
+    return np.asarray(out, dtype=np.uint8), info
 
 
 def letterbox_batch(
-    images: Sequence[npt.NDArray[np.uint8]], new_shape: tuple[int, int]
+    images: Sequence[npt.NDArray[np.uint8]],
+    new_shape: tuple[int, int],
+    *,
+    scale_up: bool | Sequence[bool] = True,
 ) -> tuple[npt.NDArray[np.float32], list[LetterboxInfo]]:
-    """Letterbox BGR frames into one float32 RGB batch `(B, 3, h, w)` scaled to 0..1."""
+    """Letterbox BGR frames into one float32 RGB batch `(B, 3, h, w)` scaled to 0..1.
+
+    `scale_up` is one flag for all images or one per image (False: never enlarge that image,
+    e.g. a crop that must stay at native scale); each image's `LetterboxInfo` maps its boxes back.
+    """
     if len(images) == 0:
         raise DetectionError("letterbox_batch needs at least one image")
+    flags = scale_up_flags(scale_up, len(images))
     batch = np.empty((len(images), 3, *new_shape), dtype=np.float32)
     infos: list[LetterboxInfo] = []
-    for i, image in enumerate(images):
-        boxed, info = letterbox(image, new_shape)
+    for i, (image, flag) in enumerate(zip(images, flags, strict=True)):
+        boxed, info = letterbox(image, new_shape, scale_up=flag)
         # BGR HWC uint8 -> RGB CHW float 0..1
         batch[i] = boxed[:, :, ::-1].transpose(2, 0, 1) * np.float32(1 / 255)
         infos.append(info)

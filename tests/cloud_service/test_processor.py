@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -12,8 +15,12 @@ import pytest
 
 from cloud_service.convert import status_code_from_proto, timestamp_from_seconds
 from cloud_service.decoders import CpuDecoder, DecodeResult, JpegLimits
-from cloud_service.processor import DetectorFrameProcessor
+from cloud_service.processor import DetectorFrameProcessor, accepts_scale_up
+from detection.config import DetectorConfig
 from detection.detections import Detections
+from detection.detector import Detector
+from detection.runtimes.base import InputSpec
+from detection.runtimes.config import OnnxRuntimeConfig
 from protos.analytics.v1 import analytics_pb2 as pb
 from tests.fixtures.grpc_server import (
     FAKE_MODEL,
@@ -238,3 +245,188 @@ def test_prepare_decodes_without_the_detector_and_finish_detects() -> None:
 
     assert detector.calls == [[(120, 160, 3)]]
     assert [_code(r) for r in results] == [grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT]
+
+
+# --- regions at native scale ------------------------------------------------------------------
+
+MODEL_INPUT = 640
+# The model answers one box at the input centre: x 300..340, y 310..330 in input pixels.
+CENTRE_ROW = [320.0, 320.0, 40.0, 20.0, 0.9, 0.0]
+
+
+class CentreBoxRuntime:
+    """A 640x640 `Runtime` that finds one box at the input centre and records its batches."""
+
+    name = "centre-box"
+
+    def __init__(self) -> None:
+        self.inputs: list[np.ndarray[Any, np.dtype[np.float32]]] = []
+
+    @property
+    def input_spec(self) -> InputSpec:
+        return InputSpec(MODEL_INPUT, MODEL_INPUT, "NCHW", None)
+
+    def infer(self, images: np.ndarray[Any, np.dtype[np.float32]]) -> Any:
+        self.inputs.append(images.copy())
+        rows = np.asarray([CENTRE_ROW], np.float32)
+        return np.repeat(rows.T[None], images.shape[0], axis=0)  # (B, 4+C, N)
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingDetector:
+    """A real `Detector` on `CentreBoxRuntime` that records the `scale_up` flags of each call."""
+
+    def __init__(self) -> None:
+        self.runtime = CentreBoxRuntime()
+        config = DetectorConfig(
+            runtime=OnnxRuntimeConfig(model_path=Path("unused.onnx")), class_names=["a", "b"]
+        )
+        self.detector = Detector(self.runtime, config)
+        self.flags: list[list[bool]] = []
+
+    def detect(
+        self, images: Sequence[npt.NDArray[np.uint8]], *, scale_up: bool | Sequence[bool] = True
+    ) -> list[Detections]:
+        self.flags.append([scale_up] * len(images) if isinstance(scale_up, bool) else [*scale_up])
+        return self.detector.detect(images, scale_up=scale_up)
+
+
+class KeepingDecoder(CpuDecoder):
+    """A CPU decoder that keeps what it decoded (to compare with what the model was given)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoded: list[DecodeResult] = []
+
+    def decode_batch(self, payloads: Sequence[bytes]) -> list[DecodeResult]:
+        results = super().decode_batch(payloads)
+        self.decoded.extend(results)
+        return results
+
+
+def _box(detection: pb.Detection) -> tuple[float, float, float, float]:
+    return (detection.x1, detection.y1, detection.x2, detection.y2)
+
+
+@pytest.mark.parametrize(
+    ("region_xyxy", "expected_region_box"),
+    [
+        # a 100x50 crop of a 100x50 region: centred at scale 1 (pad 270, 295), box 30..70 x 15..35
+        ((400, 300, 500, 350), (430.0, 315.0, 470.0, 335.0)),
+        # the same crop standing for a 200x100 region (sent downscaled): x2 back to the source
+        ((400, 300, 600, 400), (460.0, 330.0, 540.0, 370.0)),
+    ],
+    ids=["native-crop", "downscaled-crop"],
+)
+def test_regions_run_at_native_scale_and_whole_frames_as_before(
+    region_xyxy: tuple[int, int, int, int], expected_region_box: tuple[float, ...]
+) -> None:
+    detector = RecordingDetector()
+    decoder = KeepingDecoder()
+    processor = DetectorFrameProcessor(detector, FAKE_MODEL, decoder=decoder)
+    x1, y1, x2, y2 = region_xyxy
+    region = pb.Region(x1=x1, y1=y1, x2=x2, y2=y2, jpeg=make_jpeg(100, 50, seed=3))
+    # a 320x180 whole frame of a 1280x720 source, plus the region crop, in one request
+    request = make_request(
+        "cam",
+        1,
+        jpeg=make_jpeg(320, 180),
+        original_width=1280,
+        original_height=720,
+        regions=[region],
+    )
+
+    (result,) = processor.process([request])
+    decoder.close()
+
+    assert _code(result) == grpc.StatusCode.OK, result.status.message
+    assert detector.flags == [[True, False]]  # whole frame may be enlarged, the crop may not
+    (batch,) = detector.runtime.inputs  # both images in one engine batch
+    assert batch.shape == (2, 3, MODEL_INPUT, MODEL_INPUT)
+    frame_image, crop_image = decoder.decoded
+    assert isinstance(crop_image, np.ndarray) and isinstance(frame_image, np.ndarray)
+    # the crop sits unscaled in the middle of the grey canvas
+    placed = batch[1][:, 295:345, 270:370]
+    expected = crop_image[:, :, ::-1].transpose(2, 0, 1) / np.float32(255)
+    np.testing.assert_allclose(placed, expected, atol=1e-6)
+    outside = np.ones((MODEL_INPUT, MODEL_INPUT), dtype=bool)
+    outside[295:345, 270:370] = False
+    np.testing.assert_allclose(batch[1][:, outside], 114 / 255, atol=1e-6)
+    # the whole frame is letterboxed as before: enlarged x2 to 640x360, 140 px bars
+    assert np.allclose(batch[0][:, :140], 114 / 255) and np.allclose(batch[0][:, 500:], 114 / 255)
+    assert not np.allclose(batch[0][:, 140:500], 114 / 255)
+
+    whole, in_region = result.detections
+    assert not whole.HasField("region_index")
+    # input 300..340 x 310..330 -> frame (/2, pad 140) 150..170 x 85..95 -> source (x4)
+    assert _box(whole) == (600.0, 340.0, 680.0, 380.0)
+    assert in_region.region_index == 0
+    assert _box(in_region) == pytest.approx(expected_region_box)
+
+
+def test_crops_larger_than_the_input_still_shrink() -> None:
+    detector = RecordingDetector()
+    processor = DetectorFrameProcessor(detector, FAKE_MODEL)
+    # a 1280x640 crop of the region (0, 0)-(1280, 640): halved to fit, 160 px bars
+    region = pb.Region(x1=0, y1=0, x2=1280, y2=640, jpeg=make_jpeg(1280, 640))
+    request = make_request(jpeg=b"", original_width=1920, original_height=1080, regions=[region])
+
+    (result,) = processor.process([request])
+
+    assert detector.flags == [[False]]
+    (box,) = result.detections
+    # input 300..340 x 310..330 -> crop ((x) * 2, (y - 160) * 2)
+    assert _box(box) == pytest.approx((600.0, 300.0, 680.0, 340.0))
+
+
+def test_a_detector_without_scale_up_still_gets_regions_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="cloud_service.processor")
+    detector = FakeDetector()
+    processor = DetectorFrameProcessor(detector, FAKE_MODEL)
+    region = pb.Region(x1=0, y1=0, x2=100, y2=50, jpeg=make_jpeg(100, 50))
+    requests = [make_request("cam", i, regions=[region]) for i in range(2)]
+
+    first = processor.process(requests[:1])
+    second = processor.process(requests[1:])
+
+    assert [_code(r) for r in first + second] == [grpc.StatusCode.OK] * 2
+    assert detector.calls == [[(120, 160, 3), (50, 100, 3)]] * 2
+    warnings = [r for r in caplog.records if "takes no scale_up" in r.getMessage()]
+    assert len(warnings) == 1  # once per processor
+
+
+def test_whole_frames_alone_never_warn(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="cloud_service.processor")
+    processor = DetectorFrameProcessor(FakeDetector(), FAKE_MODEL)
+    processor.process([make_request()])
+    assert not caplog.records
+
+
+class _KeywordOnly:
+    def detect(
+        self, images: Sequence[npt.NDArray[np.uint8]], *, scale_up: bool | Sequence[bool] = True
+    ) -> list[Detections]:
+        return []
+
+
+class _AnyKeywords:
+    def detect(self, images: Sequence[npt.NDArray[np.uint8]], **options: Any) -> list[Detections]:
+        return []
+
+
+@pytest.mark.parametrize(
+    ("detector", "expected"),
+    [
+        (_KeywordOnly(), True),
+        (_AnyKeywords(), True),
+        (FakeDetector(), False),
+        (_BrokenDetector(extra=False), False),
+    ],
+    ids=["keyword-only", "kwargs", "fake", "plain"],
+)
+def test_accepts_scale_up(detector: Any, expected: bool) -> None:
+    assert accepts_scale_up(detector) is expected

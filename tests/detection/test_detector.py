@@ -30,6 +30,7 @@ class ScriptedRuntime:
         self.rows = np.asarray(rows, np.float32)
         self._spec = spec or InputSpec(INPUT, INPUT, "NCHW", None)
         self.batches: list[int] = []
+        self.inputs: list[np.ndarray[Any, np.dtype[np.float32]]] = []
         self.closed = False
 
     @property
@@ -38,6 +39,7 @@ class ScriptedRuntime:
 
     def infer(self, images: np.ndarray[Any, np.dtype[np.float32]]) -> Any:
         self.batches.append(images.shape[0])
+        self.inputs.append(images.copy())
         return np.repeat(self.rows.T[None], images.shape[0], axis=0)  # (B, 4+C, N)
 
     def close(self) -> None:
@@ -98,6 +100,67 @@ def test_boxes_come_back_in_source_pixels() -> None:
     np.testing.assert_allclose(result.confidence, [0.9])
     assert result.class_id.tolist() == [0]
     assert result.tracker_id.tolist() == [-1]
+
+
+# A 40x20 crop (w x h) in the 64x64 input: enlarged by 1.6 with 16 px of padding top and bottom
+# by default; at native scale (scale_up=False) centred with 12 px left and 22 px top.
+CROP_HW = (20, 40)
+CROP_BOX_SCALED_UP = [10.0, 5.0, 30.0, 15.0]  # BOX (input x 16..48, y 24..40) mapped back
+CROP_BOX_NATIVE = [4.0, 2.0, 36.0, 18.0]
+
+
+@pytest.mark.parametrize(
+    ("scale_up", "expected_boxes"),
+    [
+        (True, [CROP_BOX_SCALED_UP] * 2),
+        (False, [CROP_BOX_NATIVE] * 2),
+        ([True, False], [CROP_BOX_SCALED_UP, CROP_BOX_NATIVE]),
+        ((False, True), [CROP_BOX_NATIVE, CROP_BOX_SCALED_UP]),
+    ],
+    ids=["default", "native", "mixed", "mixed-tuple"],
+)
+def test_scale_up_per_image_maps_boxes_back(
+    scale_up: bool | list[bool] | tuple[bool, ...], expected_boxes: list[list[float]]
+) -> None:
+    runtime = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]])
+    crop = _frame(*CROP_HW)
+
+    results = Detector(runtime, _config()).detect([crop, crop], scale_up=scale_up)
+
+    assert runtime.batches == [2]  # one batch, whatever the flags
+    for result, expected in zip(results, expected_boxes, strict=True):
+        np.testing.assert_allclose(result.xyxy, [expected], atol=1e-4)
+
+
+def test_native_scale_crop_is_placed_unscaled_in_the_input() -> None:
+    runtime = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]])
+    crop = np.random.default_rng(1).integers(0, 256, (*CROP_HW, 3), dtype=np.uint8)
+
+    Detector(runtime, _config()).detect([crop], scale_up=False)
+
+    (batch,) = runtime.inputs
+    placed = batch[0][:, 22:42, 12:52]  # RGB CHW 0..1
+    np.testing.assert_allclose(placed, crop[:, :, ::-1].transpose(2, 0, 1) / 255, atol=1e-6)
+    outside = np.ones((INPUT, INPUT), dtype=bool)
+    outside[22:42, 12:52] = False
+    np.testing.assert_allclose(batch[0][:, outside], 114 / 255, atol=1e-6)
+
+
+def test_large_frames_shrink_whatever_scale_up_says() -> None:
+    runtime = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]])
+    detector = Detector(runtime, _config())
+    [default] = detector.detect([_frame()])
+    [native] = detector.detect([_frame()], scale_up=False)
+    np.testing.assert_allclose(native.xyxy, default.xyxy)
+    np.testing.assert_allclose(native.xyxy, [BOX_IN_SOURCE], atol=1e-3)
+
+
+def test_scale_up_flags_must_match_the_images() -> None:
+    from detection.errors import DetectionError
+
+    detector = Detector(ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]]), _config())
+    with pytest.raises(DetectionError, match="1 flags for 2 images"):
+        detector.detect([_frame(), _frame()], scale_up=[False])
 
 
 @pytest.mark.parametrize(
