@@ -206,10 +206,14 @@ class FusionConfig(StrictModel):
         description="Report a track the cloud vouched for this long even where the edge misses it.",
     )
     new_track_min_score: float = Field(
-        default=0.5,
+        default=1.0,
         ge=0.0,
         le=1.0,
-        description="A cloud box no track explains starts a track when it scores at least this.",
+        description=(
+            "A cloud box no track explains starts a track when it scores at least this; 1.0 (the "
+            "default) turns that off: on the generated scenes such tracks added more false "
+            "positives than found objects (bench.hybrid_tradeoff)."
+        ),
     )
     remove_tentative: bool = Field(
         default=True,
