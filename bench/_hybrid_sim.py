@@ -51,6 +51,7 @@ from edge_agent.escalation import (
 from edge_agent.escalation.encode import detections_from_result
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker, NoEmbedder
+from edge_agent.tracking.camera_tracker import observed
 from edge_agent.tracking.fusion import FusionSettings, fuse_answer
 from edge_agent.tracking.track import Track
 from protos.analytics.v1 import analytics_pb2 as pb
@@ -514,7 +515,7 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
             detections = data.edge[index]
         tracked = tracker.update(image, detections)
         if rules is not None:
-            run.events += rules.update(tracked, SCENE_START_S + now)
+            run.events += rules.update(observed(tracked, detections), SCENE_START_S + now)
         run.outputs.append(tracked)
         decision = None
         if variant.mode == "hybrid":

@@ -20,6 +20,7 @@ from edge_agent.pipeline.motion import MotionGate
 from edge_agent.pipeline.rate import FrameRateLimiter
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker
+from edge_agent.tracking.camera_tracker import observed
 from edge_agent.tracking.fusion import FusionResult, FusionSettings, fuse_answer
 
 Box = tuple[float, float, float, float]
@@ -112,7 +113,7 @@ class CameraWorker:
         started = time.perf_counter()
         tracked = self.tracker.update(frame.image, detections)
         tracked_at = time.perf_counter()
-        events = self._rules_for(frame).update(tracked, frame.capture_time_s)
+        events = self._rules_for(frame).update(observed(tracked, detections), frame.capture_time_s)
         done = time.perf_counter()
         self.counters.analysed += 1
         self.counters.events += len(events)

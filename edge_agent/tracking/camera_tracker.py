@@ -67,3 +67,10 @@ class CameraTracker:
             return self.embedder.embed(frame, detections.xyxy[indices])
 
         return self.tracker.update(detections, embed=embed)
+
+
+def observed(tracked: Detections, detections: Detections) -> Detections:
+    """The rows of `tracked` that are this frame's own detections, without the tracks reported
+    only because the cloud vouched for them (which sit at predicted boxes). Rules run on these:
+    an alert must come from a position something actually saw."""
+    return tracked[: len(detections)]
