@@ -29,16 +29,19 @@ def _run(tracker: DeepSortTracker, frames: range, boxes: list[tuple[float, ...]]
         tracker.update(_dets(*[(*b(f), 0.9, cls) for b in boxes]))  # type: ignore[operator]
 
 
-def test_cloud_class_overrides_the_edge_class_of_the_track_at_that_frame() -> None:
+def test_cloud_class_overrides_a_young_tracks_edge_class_but_not_a_long_history() -> None:
     tracker = DeepSortTracker(n_init=2)
-    for f in range(10):
+    for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
     (track,) = tracker.tracks
-    result = fuse_answer(tracker, 5, _dets((*_moving_box(5), 0.95, PERSON)))
+    result = fuse_answer(tracker, 1, _dets((*_moving_box(1), 0.95, PERSON)))
     assert (result.matched, result.reclassified) == (1, 1)
     assert track.class_id == PERSON
-    out = tracker.update(_dets((*_moving_box(10), 0.9, CAR)))
+    out = tracker.update(_dets((*_moving_box(3), 0.9, CAR)))
     assert out.class_id.tolist() == [PERSON]  # the rules see the corrected class
+    for f in range(4, 12):
+        tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
+    assert track.class_id == CAR  # twelve edge frames outweigh one cloud answer (weight 5)
 
 
 def test_a_tentative_track_is_confirmed_or_removed_by_the_cloud() -> None:
