@@ -19,7 +19,6 @@ from edge_agent.tracking import Embedder, HistogramEmbedder, NoEmbedder
 from testbed.alert_check import scene_agent_config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MODEL_INPUT_SIZE = (320, 320)  # the ONNX edge model has a dynamic input: the detector needs it
 MODELS = {
     "litert-int8": REPO_ROOT / "models" / "edge" / "edge-yolov5n-320-int8.tflite",
     "onnx": REPO_ROOT / "models" / "edge" / "edge-yolov5n-320.onnx",
@@ -81,7 +80,6 @@ def agent_config(
         embedder=embedder,
         target_fps=target_fps,
     )
-    document["detector"]["input_size"] = list(MODEL_INPUT_SIZE)
     (camera,) = document["cameras"]
     cameras: list[dict[str, Any]] = []
     for i, url in enumerate(camera_urls):

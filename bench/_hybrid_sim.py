@@ -558,7 +558,7 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
         run.sent_frames.append(index)
         run.sent_regions += int(decision.mode == "regions")
         run.bytes_sent += n_bytes
-        regions = decision.regions if decision.mode == "regions" else ()
+        regions = decision.regions
         if variant.native_crops and regions:
             cloud = above(data.cloud[index], variant.cloud_threshold)
         else:

@@ -15,7 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from edge_agent.detect_command import runtime_config_for
+
 SCENE_CAMERA = "scene"
+EDGE_INPUT_SIZE = (320, 320)  # the committed edge models; the ONNX one has a dynamic input
 LOITER_RULE = "loiter-zone-a"
 
 
@@ -190,15 +193,6 @@ def scene_agent_config(
     """An edge-agent config (as a YAML-ready dict) watching one `events` scene."""
     document = json.loads((scene_dir / "events.json").read_text())
     (zone,), (line,) = document["zones"], document["lines"]
-    runtime: dict[str, Any]
-    if model_path.suffix == ".tflite":
-        runtime = {"type": "litert", "model_path": str(model_path), "num_threads": threads}
-    else:
-        runtime = {
-            "type": "onnxruntime",
-            "model_path": str(model_path),
-            "intra_op_threads": threads,
-        }
     return {
         "agent": {"id": agent_id},
         "cameras": [
@@ -230,10 +224,10 @@ def scene_agent_config(
             }
         ],
         "detector": {
-            "runtime": runtime,
+            "runtime": runtime_config_for(model_path, threads).model_dump(mode="json"),
             "class_names": list(class_names),
             "confidence_threshold": 0.3,
-            "input_size": [320, 320],
+            "input_size": list(EDGE_INPUT_SIZE),
         },
         "tracker": {
             "embedder": embedder,

@@ -44,7 +44,6 @@ CACHE = REPO_ROOT / ".cache"
 MODELS = REPO_ROOT / "models"
 AGENT_ID = "demo-agent"
 TOPIC_PREFIX = "video-analytics"
-EDGE_INPUT_SIZE = (320, 320)  # the ONNX edge model's input is dynamic: the detector needs it
 SUBSCRIBE_TIMEOUT_S = 10.0
 
 
@@ -138,8 +137,6 @@ def agent_document(
         agent_id=AGENT_ID,
         loop_file=True,
     )
-    if models.edge.suffix == ".onnx":
-        document["detector"]["input_size"] = list(EDGE_INPUT_SIZE)
     document["mqtt"].update(topic_prefix=TOPIC_PREFIX, status_interval_s=2.0)
     document["escalation"] = {
         "enabled": True,

@@ -124,7 +124,6 @@ def request_for_decision(
     deadline_s: float | None = None,
 ) -> pb.FrameRequest:
     """The request a policy decision calls for: the whole frame or the decision's regions."""
-    regions = decision.regions if decision.mode == "regions" else ()
     return build_frame_request(
         image,
         agent_id=agent_id,
@@ -132,7 +131,7 @@ def request_for_decision(
         frame_id=frame_id,
         capture_time_s=capture_time_s,
         jpeg_quality=jpeg_quality,
-        regions=regions,
+        regions=decision.regions,
         region_jpeg_quality=region_jpeg_quality,
         deadline_s=deadline_s,
     )

@@ -174,6 +174,14 @@ class EscalationDecision:
     estimated_bytes: int = 0
     refused_by_budget: bool = False
 
+    def __post_init__(self) -> None:
+        # `regions` is what gets cropped and sent: only region mode has any.
+        if (self.mode == "regions") != bool(self.regions):
+            raise ValueError(
+                f"mode {self.mode!r} with {len(self.regions)} region(s): region mode needs "
+                "regions, frame mode has none"
+            )
+
 
 @dataclass
 class _CameraState:

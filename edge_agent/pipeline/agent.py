@@ -222,8 +222,7 @@ class EdgeAgent:
         )
         if decision is None or not decision.send:
             return outcome
-        regions = decision.regions if decision.mode == "regions" else ()
-        worker.escalated(outcome.frame.index, regions)
+        worker.escalated(outcome.frame.index, decision.regions)
         return replace(outcome, escalated=True)
 
     def _fuse_answers(self) -> None:

@@ -11,7 +11,7 @@ import pytest
 from detection.detections import Detections
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.escalation.budget import EscalationBudget
-from edge_agent.escalation.policy import EscalationPolicy, FrameSignals
+from edge_agent.escalation.policy import EscalationDecision, EscalationPolicy, FrameSignals
 from edge_agent.escalation.roi import Box, iou, merge_overlapping, pad_box, regions_for
 from edge_agent.tracking.tracker import DeepSortTracker
 
@@ -326,3 +326,15 @@ def test_signals_reject_bad_values(
 ) -> None:
     with pytest.raises(ValueError, match=error):
         FrameSignals(width, height, motion_score=motion)
+
+
+@pytest.mark.parametrize(
+    ("mode", "regions"),
+    [("frame", ((0.0, 0.0, 10.0, 10.0),)), ("regions", ())],
+    ids=["frame-with-regions", "regions-without-any"],
+)
+def test_a_decision_with_mode_and_regions_that_disagree_is_refused(
+    mode: str, regions: tuple[Box, ...]
+) -> None:
+    with pytest.raises(ValueError, match="region mode needs regions"):
+        EscalationDecision(send=True, score=1.0, mode=mode, regions=regions)  # type: ignore[arg-type]
