@@ -52,7 +52,7 @@ from edge_agent.escalation.encode import detections_from_result
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker, NoEmbedder
 from edge_agent.tracking.camera_tracker import observed
-from edge_agent.tracking.fusion import FusionSettings, fuse_answer
+from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
 from edge_agent.tracking.track import Track
 from protos.analytics.v1 import analytics_pb2 as pb
 from testbed.alert_check import EventMatch, SceneEvent, load_expected, match_events
@@ -435,6 +435,7 @@ class SimRun:
     removed: int = 0
     reclassified: int = 0
     confirmed: int = 0
+    rejected: int = 0
     sent_frames: list[int] = field(default_factory=list)
     created_ids: set[int] = field(default_factory=set)  # track ids fusion started
     loop_ms: list[float] = field(default_factory=list)  # per frame: detector + loop work
@@ -484,6 +485,7 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
         rules = RuleEngine(data.camera, frame_size=(data.width, data.height), class_names=names)
     policy = EscalationPolicy(config, EscalationBudget(config, 0.0))
     settings = fusion_settings(config, data.fps)
+    trust = CloudTrust()
     rtt_s = variant.rtt_frames / data.fps
     in_flight: list[_InFlight] = []
     run = SimRun()
@@ -501,6 +503,7 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
                     answer.cloud,
                     regions=answer.regions,
                     settings=settings,
+                    trust=trust,
                 )
             run.fused += 1
             run.fused_late += int(fused.dropped_late)
@@ -508,6 +511,9 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
             run.removed += fused.removed
             run.reclassified += fused.reclassified
             run.confirmed += fused.confirmed
+            run.rejected += len(fused.rejected)
+            if fused.rejected and rules is not None:
+                run.events += rules.withdraw(fused.rejected)
             run.created_ids.update({t.track_id for t in tracker.tracker.tracks} - before)
         if variant.mode == "cloud":
             detections = above(data.cloud[index], variant.cloud_threshold)

@@ -22,6 +22,10 @@ Names (all prefixed `edge_agent_`):
 - `escalations_total{camera, outcome}` (counter): frames escalated to the cloud, by outcome
   (`sent`, `answered`, `failed`, `dropped_budget`, `late`).
 - `escalation_round_trip_seconds` (histogram): escalation request to answer.
+- `fusion_changes_total{camera, change}` (counter): what fused cloud answers did to the tracks
+  (`reclassified`, `removed`, `rejected`, `created`) and answers dropped as too `late`.
+- `cloud_agreement{camera}` (gauge): share of the tracks the edge is sure of that the cloud
+  returned a box for (fusion trusts the cloud's corrections only above `min_agreement`).
 
 Counters that the capture and the outbox keep themselves (drops, reconnects, outbox drops) are
 fed with their running totals through `set_*_total`, which adds the increase since the last call.
@@ -40,6 +44,7 @@ from configkit.metrics import BATCH_BUCKETS, TIME_BUCKETS_S, MetricsExporter, se
 __all__ = [
     "CAMERA_STATES",
     "ESCALATION_OUTCOMES",
+    "FUSION_CHANGES",
     "EdgeMetrics",
     "MetricsExporter",
     "start_edge_metrics_exporter",
@@ -52,6 +57,9 @@ CAMERA_STATES: Final = ("connecting", "streaming", "stalled", "reconnecting", "s
 
 ESCALATION_OUTCOMES: Final = ("sent", "answered", "failed", "dropped_budget", "late")
 """Values of the `outcome` label of `escalations_total`."""
+
+FUSION_CHANGES: Final = ("reclassified", "removed", "rejected", "created", "late")
+"""Values of the `change` label of `fusion_changes_total`."""
 
 
 class _RunningTotals:
@@ -193,6 +201,18 @@ class EdgeMetrics:
             buckets=TIME_BUCKETS_S,
             registry=reg,
         )
+        self.fusion_changes = Counter(
+            f"{_PREFIX}fusion_changes",
+            "What fused cloud answers did to the tracks.",
+            ["camera", "change"],
+            registry=reg,
+        )
+        self.cloud_agreement = Gauge(
+            f"{_PREFIX}cloud_agreement",
+            "Share of the tracks the edge is sure of that the cloud returned a box for.",
+            ["camera"],
+            registry=reg,
+        )
         self.cloud_connected = Gauge(
             f"{_PREFIX}cloud_connected", "1 while the cloud service is reachable.", registry=reg
         )
@@ -227,6 +247,14 @@ class EdgeMetrics:
         """Feed a running per-camera total kept elsewhere into `counter` (labelled `camera`)."""
         key = (counter._name, camera)  # noqa: SLF001 - the name is public in the exposition
         counter.labels(camera=camera).inc(self._totals.increase(key, total))
+
+    def set_fusion_total(self, camera: str, change: str, total: int) -> None:
+        """Feed a camera's running count of one fusion `change` (one of `FUSION_CHANGES`)."""
+        if change not in FUSION_CHANGES:
+            raise ValueError(f"unknown fusion change {change!r}; expected one of {FUSION_CHANGES}")
+        self.fusion_changes.labels(camera=camera, change=change).inc(
+            self._totals.increase(("fusion", camera, change), total)
+        )
 
     def set_outbox_dropped_total(self, total: int) -> None:
         """Feed the outbox's running count of dropped messages (kept across restarts)."""

@@ -232,7 +232,11 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         )
     t.add("answers fused", f"{c.fused} ({c.fused_late} too late)")
     t.add("tracks by fusion", f"{c.fused_created} created, {c.fused_removed} removed, "
-          f"{c.fused_reclassified} reclassified")  # fmt: skip
+          f"{c.fused_rejected} rejected, {c.fused_reclassified} reclassified")  # fmt: skip
+    agreement = worker.cloud_trust.agreement
+    if agreement is not None:
+        t.add("cloud agreement", f"{100.0 * agreement:.0f}% of sure edge tracks seen by the "
+              f"cloud ({worker.cloud_trust.checked} checked)")  # fmt: skip
     t.section("latency")
     t.add("capture -> frame results", latency_text(s.recorder.latencies_ms))
     t.add("capture -> alert via MQTT", latency_text(alert_latencies))
@@ -269,6 +273,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         "fused": c.fused,
         "fused_created": c.fused_created,
         "fused_removed": c.fused_removed,
+        "fused_rejected": c.fused_rejected,
         "latency_ms": {"results": s.recorder.latencies_ms, "alerts": alert_latencies},
         "alerts": [a.payload for a in alerts],
         "expected": {

@@ -219,6 +219,41 @@ class FusionConfig(StrictModel):
         default=True,
         description="Remove tentative tracks in the looked-at area that the cloud did not see.",
     )
+    confirm_iou: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "A matched cloud box confirms the track (cloud score as its confidence, hold, class "
+            "vote) only when it overlaps the track's box at least this much."
+        ),
+    )
+    reject_below_edge_score: float = Field(
+        default=0.7,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "A confirmed track the cloud looked at and returned no box for stops being reported "
+            "(its recent alerts retracted) when the edge never scored it this high; 0 turns that "
+            "off."
+        ),
+    )
+    min_agreement: float = Field(
+        default=0.85,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "The cloud may relabel, reject, remove or add tracks on a camera only while it "
+            "returned a box for at least this share of the tracks the edge is sure of; 0 "
+            "trusts it always."
+        ),
+    )
+    trust_min_checks: int = Field(
+        default=10,
+        ge=0,
+        le=100_000,
+        description="Sure edge tracks the cloud must have been checked on before it is trusted.",
+    )
     box_correction_gain: float = Field(
         default=0.0,
         ge=0.0,

@@ -21,7 +21,7 @@ from edge_agent.pipeline.rate import FrameRateLimiter
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker
 from edge_agent.tracking.camera_tracker import observed
-from edge_agent.tracking.fusion import FusionResult, FusionSettings, fuse_answer
+from edge_agent.tracking.fusion import CloudTrust, FusionResult, FusionSettings, fuse_answer
 
 Box = tuple[float, float, float, float]
 _ESCALATED_KEPT = 256  # frames awaiting an answer, per camera (more than any in-flight window)
@@ -58,6 +58,7 @@ class CameraCounters:
     fused_created: int = 0
     fused_removed: int = 0
     fused_reclassified: int = 0
+    fused_rejected: int = 0
 
 
 class CameraWorker:
@@ -84,6 +85,8 @@ class CameraWorker:
         self.last_motion_score: float | None = None
         # capture frame index -> (tracker frame index, regions the cloud will look at)
         self._escalated: dict[int, tuple[int, tuple[Box, ...]]] = {}
+        self.cloud_trust = CloudTrust()
+        self._withdrawn: list[RuleEvent] = []  # retractions of cloud-rejected tracks, to send
 
     @property
     def state(self) -> CaptureState:
@@ -113,7 +116,10 @@ class CameraWorker:
         started = time.perf_counter()
         tracked = self.tracker.update(frame.image, detections)
         tracked_at = time.perf_counter()
-        events = self._rules_for(frame).update(observed(tracked, detections), frame.capture_time_s)
+        events = self._withdrawn + self._rules_for(frame).update(
+            observed(tracked, detections), frame.capture_time_s
+        )
+        self._withdrawn = []
         done = time.perf_counter()
         self.counters.analysed += 1
         self.counters.events += len(events)
@@ -144,7 +150,12 @@ class CameraWorker:
             return None  # not ours, or forgotten: nothing to match it against
         tracker_frame, regions = sent
         result = fuse_answer(
-            self.tracker.tracker, tracker_frame, cloud, regions=regions, settings=settings
+            self.tracker.tracker,
+            tracker_frame,
+            cloud,
+            regions=regions,
+            settings=settings,
+            trust=self.cloud_trust,
         )
         c = self.counters
         c.fused += 1
@@ -152,6 +163,9 @@ class CameraWorker:
         c.fused_created += result.created
         c.fused_removed += result.removed
         c.fused_reclassified += result.reclassified
+        c.fused_rejected += len(result.rejected)
+        if result.rejected and self.rules is not None:
+            self._withdrawn += self.rules.withdraw(result.rejected)
         return result
 
     def finish(self) -> list[RuleEvent]:

@@ -9,7 +9,8 @@ Conventions follow the scene generator's ground truth (`testbed.scenes.events`):
   new anchor, strictly on the other side, meets the line segment; `in` is toward `in_side`.
 * `retract` withdraws an instantaneous event (same id and time as its `start`) when the track's
   class changes, within `retract_window_s`, to one its rule does not accept (a cloud answer
-  corrected the edge); an active loiter of such a track ends.
+  corrected the edge), or when the cloud found no object where the track was (`withdraw`); an
+  active loiter of such a track ends.
 * `loiter` starts once the anchor has been inside for `dwell_s` (counted from the enter, or from
   the first sighting for a track first seen inside) and ends when the track leaves the zone or is
   forgotten.
@@ -26,7 +27,7 @@ occupancy); `end` events are never held back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -325,13 +326,29 @@ class RuleEngine:
         instantaneous event is sent again as `retract` (same id and time as its `start`), an
         active loiter ends now.
         """
+        return self._retract(
+            track,
+            timestamp_s,
+            lambda rule: self._matches(rule, class_id, track.confidence),
+            class_id,
+        )
+
+    def _retract(
+        self,
+        track: _Track,
+        timestamp_s: float,
+        still_holds: Callable[[RuleBase], bool],
+        class_id: int,
+    ) -> list[RuleEvent]:
+        """Retract the track's recent `start`s whose rule no longer `still_holds` (an active
+        loiter of such a rule ends instead); the track's class becomes `class_id`."""
         by_name = {rule.name: rule for rule in self._rules}
         events: list[RuleEvent] = []
         kept: list[RuleEvent] = []
         for raised in track.raised:
             rule = by_name[raised.rule]
             recent = timestamp_s - raised.timestamp_s <= self.retract_window_s
-            if self._matches(rule, class_id, track.confidence) or not recent:
+            if still_holds(rule) or not recent:
                 kept.append(raised)
             elif isinstance(rule, LoiterRule):
                 if rule.name in track.loitering:
@@ -345,6 +362,22 @@ class RuleEngine:
             else:
                 events.append(replace(raised, phase="retract", class_id=class_id))
         track.raised = kept
+        return events
+
+    def withdraw(self, track_ids: Iterable[int]) -> list[RuleEvent]:
+        """The cloud found no object where these tracks were: retract their recent
+        instantaneous events, end their loiters and forget them (zone occupancy is recounted
+        on the next frame). Stamped with the last frame's time; unknown ids are ignored."""
+        timestamp_s = self._last_timestamp_s
+        if timestamp_s is None:
+            return []
+        events: list[RuleEvent] = []
+        for track_id in track_ids:
+            track = self._tracks.get(int(track_id))
+            if track is None:
+                continue
+            events += self._retract(track, timestamp_s, lambda _rule: False, track.class_id)
+            events += self._drop([track], timestamp_s)
         return events
 
     def _loiter(

@@ -58,7 +58,9 @@ class Track:
         self._class_votes: Counter[int] = Counter({class_id: 1})
         self._cloud_votes: Counter[int] = Counter()
         self.cloud_hold = 0  # frames this track is still reported without an edge detection
-        self.cloud_score = 0.0  # score of the last cloud box matched to it
+        self.cloud_score = 0.0  # score of the last cloud box that confirmed it
+        self.cloud_rejected = False  # the cloud looked and saw nothing there: not reported
+        self.best_score = 0.0  # the best edge detection score matched to it so far
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
         self.history: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
         self._record(frame_index, xyxy, feature)
@@ -111,8 +113,11 @@ class Track:
         class_id: int,
         frame_index: int,
         feature: npt.ArrayLike | None = None,
+        score: float = 0.0,
     ) -> None:
-        """Correct with a matched detection; confirms the track after `n_init` hits."""
+        """Correct with a matched detection (edge `score`); confirms the track after `n_init`
+        hits."""
+        self.best_score = max(self.best_score, float(score))
         self.mean, self.covariance = kalman.update(self.mean, self.covariance, xyah)
         self.hits += 1
         self.time_since_update = 0
@@ -123,10 +128,23 @@ class Track:
 
     def cloud_vote(self, class_id: int, score: float = 1.0, hold_frames: int = 0) -> None:
         """Record the cloud model's class for this object (a heavy vote, see `class_id`) and
-        keep reporting the track for `hold_frames` frames even where the edge misses it."""
+        vouch for it (see `cloud_confirmed`)."""
         self._cloud_votes[class_id] += 1
+        self.cloud_confirmed(score, hold_frames)
+
+    def cloud_confirmed(self, score: float, hold_frames: int = 0) -> None:
+        """The cloud saw this object with `score`: the track is reported with at least that
+        confidence, for `hold_frames` frames even where the edge misses it, and a rejection
+        is lifted."""
         self.cloud_score = float(score)
         self.cloud_hold = max(self.cloud_hold, int(hold_frames))
+        self.cloud_rejected = False
+
+    def cloud_reject(self) -> None:
+        """The cloud looked where this track was and saw nothing: stop reporting it (the
+        track lives on, so a later cloud confirmation brings it back under the same id)."""
+        self.cloud_rejected = True
+        self.cloud_hold = 0
 
     def confirm(self) -> None:
         """Confirm a tentative track at once (the cloud saw the object too)."""

@@ -37,8 +37,10 @@ def _check_range(
 class DeepSortTracker:
     """DeepSORT with a ByteTrack-style second pass for low-score detections.
 
-    Tracks a cloud answer vouched for are also reported for a while without an edge detection
-    (extra rows after the detections' own; see `_cloud_held`).
+    Fusion (`edge_agent.tracking.fusion`) marks tracks from cloud answers: a track the cloud
+    confirmed is reported with at least the cloud's score, and for a while without an edge
+    detection (extra rows after the detections' own; see `_cloud_held`); a track the cloud
+    rejected is not reported (`tracker_id` -1) until the cloud sees it again.
 
     Each `update` takes one frame's detections (and optionally their appearance embeddings,
     one row per detection) and returns a new `Detections`, same rows and order, with
@@ -170,6 +172,7 @@ class DeepSortTracker:
                 int(detections.class_id[d]),
                 self.frame_index,
                 feature,
+                float(detections.confidence[d]),
             )
             if feature is not None:
                 self._feature_frame[self.tracks[t].track_id] = self.frame_index
@@ -178,10 +181,13 @@ class DeepSortTracker:
 
         tracker_id = np.full(len(detections), -1, dtype=np.int64)
         class_id = detections.class_id.copy()
+        confidence = detections.confidence.copy()
         for t, d in settled + first.matches + second.matches:
-            if self.tracks[t].is_confirmed:
-                tracker_id[d] = self.tracks[t].track_id
-                class_id[d] = self.tracks[t].class_id  # the track's vote, cloud answers included
+            track = self.tracks[t]
+            if track.is_confirmed and not track.cloud_rejected:
+                tracker_id[d] = track.track_id
+                class_id[d] = track.class_id  # the track's vote, cloud answers included
+                confidence[d] = max(float(confidence[d]), track.cloud_score)  # cloud-vouched
         for d in first.unmatched_detections:
             self._start_track(detections, xyah, features if embedded[d] else None, d)
             if self.tracks[-1].is_confirmed:
@@ -191,7 +197,7 @@ class DeepSortTracker:
                 self._feature_frame.pop(track.track_id, None)
         self.tracks = [t for t in self.tracks if not t.is_deleted]
         matched = {int(t) for t in tracker_id if t >= 0}
-        tracked = Detections(detections.xyxy, detections.confidence, class_id, tracker_id)
+        tracked = Detections(detections.xyxy, confidence, class_id, tracker_id)
         return Detections.concatenate([tracked, self._cloud_held(matched)])
 
     def _cloud_held(self, matched: set[int]) -> Detections:
@@ -205,7 +211,7 @@ class DeepSortTracker:
             if track.cloud_hold <= 0:
                 continue
             track.cloud_hold -= 1
-            if track.is_confirmed and track.track_id not in matched:
+            if track.is_confirmed and not track.cloud_rejected and track.track_id not in matched:
                 box = track.to_xyxy()
                 # Coasting on the Kalman prediction alone can shrink a box to nothing.
                 if np.all(np.isfinite(box)) and box[2] > box[0] and box[3] > box[1]:

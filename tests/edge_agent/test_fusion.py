@@ -7,7 +7,7 @@ import pytest
 
 from detection.detections import Detections
 from edge_agent.tracking import DeepSortTracker
-from edge_agent.tracking.fusion import FusionSettings, fuse_answer
+from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
 
 PERSON, CAR = 0, 1
 
@@ -149,3 +149,99 @@ def test_a_held_track_whose_prediction_collapses_is_not_reported() -> None:
     track.cloud_vote(PERSON, 0.9, hold_frames=40)
     rows = [len(tracker.update(Detections.empty())) for _ in range(10)]
     assert rows[0] == 1 and rows[-1] == 0  # the shrinking box stops being reported
+
+
+def _one_track(score: float, frames: int = 6, cls: int = PERSON) -> DeepSortTracker:
+    tracker = DeepSortTracker(n_init=1)
+    for f in range(frames):
+        tracker.update(_dets((*_moving_box(f), score, cls)))
+    return tracker
+
+
+@pytest.mark.parametrize(
+    ("edge_score", "cloud_rows", "rejected"),
+    [
+        (0.5, [], True),  # a weak edge track, nothing there for the cloud: rejected
+        (0.5, [(500.0, 50.0, 540.0, 150.0, 0.9, CAR)], True),  # the cloud saw something else
+        (0.5, [(*_moving_box(4), 0.25, CAR)], False),  # a weak box of another class: seen
+        (0.9, [], False),  # the edge was sure of it once: kept
+    ],
+)
+def test_a_confirmed_track_the_cloud_saw_nothing_of_is_rejected_unless_the_edge_was_sure(
+    edge_score: float,
+    cloud_rows: list[tuple[float, float, float, float, float, int]],
+    rejected: bool,
+) -> None:
+    tracker = _one_track(edge_score)
+    (track,) = tracker.tracks
+    settings = FusionSettings(new_track_min_score=1.0)  # no new track for the other object
+    result = fuse_answer(tracker, 4, _dets(*cloud_rows), settings=settings)
+    assert result.rejected == ((track.track_id,) if rejected else ())
+    out = tracker.update(_dets((*_moving_box(6), edge_score, PERSON)))
+    assert out.tracker_id.tolist() == [-1 if rejected else track.track_id]
+
+
+def test_a_rejected_track_comes_back_under_its_id_when_the_cloud_sees_it() -> None:
+    tracker = _one_track(0.5)
+    (track,) = tracker.tracks
+    assert fuse_answer(tracker, 4, Detections.empty()).rejected == (track.track_id,)
+    for f in range(6, 9):
+        assert tracker.update(_dets((*_moving_box(f), 0.5, PERSON))).tracker_id.tolist() == [-1]
+    fuse_answer(tracker, 8, _dets((*_moving_box(8), 0.8, PERSON)))
+    out = tracker.update(_dets((*_moving_box(9), 0.5, PERSON)))
+    assert out.tracker_id.tolist() == [track.track_id]
+    assert out.confidence.tolist() == pytest.approx([0.8])  # vouched for by the cloud
+
+
+@pytest.mark.parametrize(
+    ("shift", "vouched"),
+    [(0.0, True), (8.0, True), (20.0, False)],  # IoU 1.0, ~0.67, ~0.33 (confirm_iou 0.5)
+)
+def test_only_a_cloud_box_that_agrees_with_the_track_vouches_for_it(
+    shift: float, vouched: bool
+) -> None:
+    tracker = _one_track(0.4)
+    x1, y1, x2, y2 = _moving_box(4)
+    result = fuse_answer(tracker, 4, _dets((x1 + shift, y1, x2 + shift, y2, 0.9, CAR)))
+    assert result.matched == 1 and result.rejected == ()
+    out = tracker.update(_dets((*_moving_box(6), 0.4, PERSON)))
+    assert out.confidence.tolist() == pytest.approx([0.9 if vouched else 0.4])
+
+
+def test_an_untrusted_cloud_only_vouches_and_a_trusted_one_corrects() -> None:
+    settings = FusionSettings(min_agreement=0.8, trust_min_checks=3, hold_frames=0)
+    sure = (*_moving_box(4, x0=300), 0.9, PERSON)  # another object the edge is sure of
+    tracker = DeepSortTracker(n_init=1)
+    for f in range(6):
+        tracker.update(
+            _dets((*_moving_box(f), 0.4, PERSON), (*_moving_box(f, x0=300), 0.9, PERSON))
+        )
+    weak, _ = tracker.tracks
+    trust = CloudTrust()
+    # The cloud keeps missing the sure object and calls the weak one a car: not trusted.
+    for _ in range(3):
+        result = fuse_answer(
+            tracker, 4, _dets((*_moving_box(4), 0.9, CAR)), settings=settings, trust=trust
+        )
+        assert not result.trusted and result.reclassified == 0
+    assert (trust.checked, trust.seen, trust.agreement) == (3, 0, 0.0)
+    assert weak.class_id == PERSON and weak.cloud_score == pytest.approx(0.9)
+    # Once it sees what the edge is sure of, agreement climbs: 1 of 4 is not enough, 13 of 16 is.
+    answer = _dets((*_moving_box(4), 0.9, CAR), sure)
+    assert not fuse_answer(tracker, 4, answer, settings=settings, trust=trust).trusted
+    for _ in range(12):
+        result = fuse_answer(tracker, 4, answer, settings=settings, trust=trust)
+    assert result.trusted and weak.class_id == CAR
+    assert CloudTrust().agreement is None
+    assert CloudTrust().trusted(FusionSettings(min_agreement=0.0))
+
+
+def test_an_untrusted_cloud_neither_rejects_nor_removes_nor_creates() -> None:
+    settings = FusionSettings(trust_min_checks=100)  # never enough checks
+    tracker = DeepSortTracker(n_init=5)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.5, PERSON)))
+    new_object = (500.0, 50.0, 540.0, 150.0, 0.95, CAR)
+    result = fuse_answer(tracker, 2, _dets(new_object), settings=settings, trust=CloudTrust())
+    assert (result.removed, result.created, result.rejected, result.trusted) == (0, 0, (), False)
+    assert len(tracker.tracks) == 1

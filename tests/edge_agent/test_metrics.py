@@ -37,6 +37,8 @@ FAMILIES = {
     "edge_agent_escalations": "counter",
     "edge_agent_escalation_round_trip_seconds": "histogram",
     "edge_agent_cloud_connected": "gauge",
+    "edge_agent_fusion_changes": "counter",
+    "edge_agent_cloud_agreement": "gauge",
 }
 
 
@@ -75,6 +77,9 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     metrics.outbox_depth.set(4)
     metrics.mqtt_connected.set(1)
     metrics.observe_escalation("cam-1", "answered")
+    metrics.set_fusion_total("cam-1", "rejected", 2)
+    metrics.set_fusion_total("cam-1", "rejected", 5)
+    metrics.cloud_agreement.labels(camera="cam-1").set(0.9)
 
     text = _scrape(exporter.port)
 
@@ -101,6 +106,9 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     assert values[("edge_agent_mqtt_connected", ())] == 1
     outcome = (("camera", "cam-1"), ("outcome", "answered"))
     assert values[("edge_agent_escalations_total", outcome)] == 1
+    change = (("camera", "cam-1"), ("change", "rejected"))
+    assert values[("edge_agent_fusion_changes_total", change)] == 5
+    assert values[("edge_agent_cloud_agreement", (("camera", "cam-1"),))] == 0.9
 
 
 def test_disabled_metrics_start_no_endpoint() -> None:
@@ -175,6 +183,7 @@ def test_capture_states_are_the_metric_states() -> None:
     [
         (lambda m: m.set_camera_state("cam-1", "on-fire"), "unknown camera state 'on-fire'"),
         (lambda m: m.observe_escalation("cam-1", "lost"), "unknown escalation outcome 'lost'"),
+        (lambda m: m.set_fusion_total("cam-1", "moved", 1), "unknown fusion change 'moved'"),
     ],
 )
 def test_unknown_label_values_are_refused(

@@ -435,3 +435,36 @@ def test_a_class_correction_retracts_recent_events_and_ends_a_loiter() -> None:
     assert retract.timestamp_s == enter.timestamp_s and retract.class_id == 1
     assert ids.id_for(retract) == enter_id and ids.id_for(end) == loiter_id
     assert frame(50.0, 1, 3.0) == []  # nothing more for a car
+
+
+def test_a_track_the_cloud_withdrew_retracts_its_events_and_leaves_the_zone_count() -> None:
+    engine = _engine(
+        [
+            {"name": "enter", "kind": "zone_enter", "zone": "zone-a"},
+            {"name": "stay", "kind": "loiter", "zone": "zone-a", "dwell_s": 0.2},
+            {"name": "crowd", "kind": "zone_occupancy", "zone": "zone-a", "min_objects": 1},
+        ]
+    )
+    outside, inside = (1, 50.0, 50.0), (1, 150.0, 150.0)
+    raised = _run(engine, [[outside], [inside], [inside], [inside], [inside]])
+    starts = [e for e in raised if e.phase == "start"]
+    assert {e.kind for e in starts} == {"zone_enter", "loiter", "zone_occupancy"}
+    withdrawn = engine.withdraw([1, 99])  # 99: never seen, ignored
+    enter = next(e for e in starts if e.kind == "zone_enter")
+    assert _summary(withdrawn) == [
+        ("zone_enter", "retract", 1, round(enter.timestamp_s, 3)),
+        ("loiter", "end", 1, 0.4),
+    ]
+    assert engine.track_ids == []
+    # The next frame recounts the zone without the withdrawn object.
+    assert _summary(engine.update(Detections.empty(), 0.5)) == [("zone_occupancy", "end", -1, 0.5)]
+
+
+def test_withdraw_before_any_frame_or_after_the_window_raises_nothing() -> None:
+    engine = _engine([{"name": "enter", "kind": "zone_enter", "zone": "zone-a"}])
+    assert engine.withdraw([1]) == []
+    engine = _engine(
+        [{"name": "enter", "kind": "zone_enter", "zone": "zone-a"}], retract_window_s=0.05
+    )
+    _run(engine, [[(1, 50.0, 50.0)], [(1, 150.0, 150.0)], [(1, 150.0, 150.0)]])
+    assert engine.withdraw([1]) == []  # the enter is older than the retraction window
