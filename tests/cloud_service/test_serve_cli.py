@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -12,12 +10,11 @@ import numpy as np
 import numpy.typing as npt
 import simplejpeg
 
-from cloud_service.server import wait_until_serving
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
+from tests.fixtures.cloud_process import REPO_ROOT, CloudProcess, serve_command
 from tests.fixtures.processes import free_tcp_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 15.0
 
@@ -44,19 +41,13 @@ metrics:
 def test_serve_answers_frames_and_drains_on_sigterm(
     tmp_path: Path, yolov5s_onnx: Path, bus_image: npt.NDArray[np.uint8]
 ) -> None:
-    port = free_tcp_port()
     config = tmp_path / "cloud.yaml"
-    config.write_text(CONFIG.format(port=port, model=yolov5s_onnx))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cloud_service", "serve", "--config", str(config)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    config.write_text(CONFIG.format(port=free_tcp_port(), model=yolov5s_onnx))
+    cloud = CloudProcess(config, tmp_path)
+    cloud.start(STARTUP_TIMEOUT_S)
+    process = cloud.process
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            wait_until_serving(channel, STARTUP_TIMEOUT_S)
+        with grpc.insecure_channel(cloud.address) as channel:
             jpeg = simplejpeg.encode_jpeg(np.ascontiguousarray(bus_image), colorspace="BGR")
             request = pb.FrameRequest(
                 camera_id="cam", frame_id=7, jpeg=jpeg, original_width=810, original_height=1080
@@ -68,12 +59,10 @@ def test_serve_answers_frames_and_drains_on_sigterm(
         assert all(
             0 <= d.x1 <= d.x2 <= 810 and 0 <= d.y1 <= d.y2 <= 1080 for d in result.detections
         )
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=SHUTDOWN_TIMEOUT_S)
+        cloud.stop(SHUTDOWN_TIMEOUT_S)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        cloud.kill()
+    output = cloud.output()
     assert process.returncode == 0, output
     assert "draining" in output and "stopped" in output
 
@@ -81,7 +70,7 @@ def test_serve_answers_frames_and_drains_on_sigterm(
 def _serve_to_exit(config: Path) -> subprocess.CompletedProcess[str]:
     """Run `serve` on a config that must make it exit on its own."""
     return subprocess.run(
-        [sys.executable, "-m", "cloud_service", "serve", "--config", str(config)],
+        serve_command(config),
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

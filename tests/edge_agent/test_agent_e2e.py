@@ -8,109 +8,39 @@ broker outage and a camera server that dies and comes back.
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from testbed.alert_check import (
-    SCENE_CAMERA,
-    SceneEvent,
-    load_expected,
-    match_first_loop,
-    observed_from_payloads,
-    scene_agent_config,
-)
+from testbed.alert_check import SCENE_CAMERA, load_expected, match_first_loop
 from testbed.scenes.writer import SceneFolder
-from tests.fixtures.mqtt import MosquittoBroker, MosquittoBrokerFactory, MqttRecorder, Received
+from tests.fixtures.agent_process import (
+    PREFIX,
+    SCENE_S,
+    AgentProcess,
+    event_payloads,
+    scene_agent_document,
+    scene_events,
+    status_states,
+    wait_streaming,
+    write_agent_config,
+)
+from tests.fixtures.mqtt import MosquittoBroker, MosquittoBrokerFactory, MqttRecorder
 from tests.fixtures.rtsp import RtspServerFactory
 from tests.fixtures.scenes import scene_video
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-EDGE_MODEL = REPO_ROOT / "models" / "edge" / "edge-yolov5n-320-int8.tflite"
-CLASS_NAMES = ["person", "car", "truck", "forklift"]
-PREFIX = "e2e"
 AGENT = "e2e-agent"
-SCENE_S = 14.4  # 360 frames at 25 fps
 
 pytestmark = pytest.mark.timeout(240)
 
 
-class AgentProcess:
-    """`edge-agent run` in a subprocess, its log in a file."""
-
-    def __init__(self, config: Path, log: Path) -> None:
-        self.log = log
-        self._log_file = log.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "edge_agent", "run", "--config", str(config)],
-            cwd=REPO_ROOT,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
-
-    def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGTERM, then wait; returns the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout_s)
-        finally:
-            self._log_file.close()
-
-    def tail(self, lines: int = 60) -> str:
-        """The end of the agent's log."""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
 def _write_config(tmp_path: Path, scene: SceneFolder, url: str, broker: MosquittoBroker) -> Path:
-    document = scene_agent_config(
-        scene.root,
-        camera_url=url,
-        model_path=EDGE_MODEL,
-        class_names=CLASS_NAMES,
-        mqtt_port=broker.port,
-        outbox_path=tmp_path / "outbox.sqlite3",
-        agent_id=AGENT,
+    document = scene_agent_document(
+        tmp_path, scene, camera_url=url, broker=broker, agent_id=AGENT, status_interval_s=2.0
     )
-    document["mqtt"]["topic_prefix"] = PREFIX
-    document["mqtt"]["status_interval_s"] = 2.0
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
-
-
-def _events(messages: list[Received]) -> list[dict[str, Any]]:
-    return [json.loads(m.payload) for m in messages if "/events/" in m.topic]
-
-
-def _statuses(messages: list[Received]) -> list[str]:
-    states = []
-    for message in messages:
-        if "/status/" in message.topic:
-            state = json.loads(message.payload)["state"]
-            if not states or states[-1] != state:
-                states.append(state)
-    return states
-
-
-def _scene_events(payloads: list[dict[str, Any]]) -> list[SceneEvent]:
-    return observed_from_payloads(payloads, CLASS_NAMES, start_time_s=0.0)
-
-
-def _wait_streaming(recorder: MqttRecorder, agent: AgentProcess, after: int = 0) -> None:
-    def streaming(messages: list[Received]) -> bool:
-        return agent.process.poll() is not None or "streaming" in _statuses(messages[after:])
-
-    recorder.wait_for(streaming, timeout_s=60)
-    assert agent.process.poll() is None, agent.tail()
+    return write_agent_config(tmp_path, document)
 
 
 @pytest.fixture
@@ -132,20 +62,22 @@ def test_agent_raises_exactly_the_scripted_alerts(
         _write_config(tmp_path, events_scene, server.url, mosquitto_broker), tmp_path / "agent.log"
     )
     try:
-        _wait_streaming(recorder, agent)
+        wait_streaming(recorder, agent)
         time.sleep(SCENE_S + 2.0)
     finally:
         code = agent.stop()
     assert code == 0, agent.tail()
 
     expected = load_expected(events_scene.root / "events.json")
-    observed = _scene_events(_events(recorder.messages))
+    observed = scene_events(event_payloads(recorder.messages))
     _, match = match_first_loop(expected, observed, duration_s=SCENE_S)
     assert match.ok, f"{match.report()}\n--- agent log ---\n{agent.tail()}"
 
     availability = [m.payload for m in recorder.messages if m.topic.endswith("/availability")]
     assert availability[0] == b"online" and availability[-1] == b"offline"
-    assert _statuses(recorder.payloads(f"{PREFIX}/{AGENT}/status/{SCENE_CAMERA}"))[-1] == "stopped"
+    assert (
+        status_states(recorder.payloads(f"{PREFIX}/{AGENT}/status/{SCENE_CAMERA}"))[-1] == "stopped"
+    )
 
 
 def test_agent_loses_no_alert_across_broker_and_camera_restarts(
@@ -166,7 +98,7 @@ def test_agent_loses_no_alert_across_broker_and_camera_restarts(
         _write_config(tmp_path, events_scene, server.url, broker), tmp_path / "agent.log"
     )
     try:
-        _wait_streaming(recorder, agent)
+        wait_streaming(recorder, agent)
         time.sleep(3.0)
         broker.stop()  # the outbox holds what the rules raise meanwhile
         time.sleep(4.0)
@@ -176,7 +108,7 @@ def test_agent_loses_no_alert_across_broker_and_camera_restarts(
         killed_at = len(recorder.messages)
         time.sleep(4.0)
         server.start()  # ... and comes back; its new session starts the scene again
-        _wait_streaming(recorder, agent, after=killed_at)
+        wait_streaming(recorder, agent, after=killed_at)
         restarted_at = time.time()
         time.sleep(SCENE_S + 2.0)
     finally:
@@ -185,8 +117,8 @@ def test_agent_loses_no_alert_across_broker_and_camera_restarts(
     assert code == 0, agent.tail()
 
     expected = load_expected(events_scene.root / "events.json")
-    payloads = _events(recorder.messages)
-    observed = _scene_events(payloads)
+    payloads = event_payloads(recorder.messages)
+    observed = scene_events(payloads)
     _, first = match_first_loop(expected, observed, duration_s=SCENE_S)
     assert first.ok, f"first pass (broker outage):\n{first.report()}\n{agent.tail()}"
     after_restart = [e for e in observed if e.time_s >= restarted_at - 1.0]
@@ -196,7 +128,7 @@ def test_agent_loses_no_alert_across_broker_and_camera_restarts(
     # The outbox delivers in order: event times never go backwards on the camera's topics.
     times = [e.time_s for e in observed]
     assert times == sorted(times)
-    states = _statuses(recorder.payloads(f"{PREFIX}/{AGENT}/status/{SCENE_CAMERA}"))
+    states = status_states(recorder.payloads(f"{PREFIX}/{AGENT}/status/{SCENE_CAMERA}"))
     restart = states.index("stalled")
     assert "reconnecting" in states[restart:] and "streaming" in states[restart:], states
     # At least once, but nothing was sent twice here (a loiter's start and end share an id).

@@ -7,30 +7,28 @@ the cloud mid-run must neither stall the edge nor lose an alert; answers resume 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-import grpc
 import pytest
-import yaml
 
-from cloud_service.server import wait_until_serving
-from testbed.alert_check import load_expected, match_first_loop, scene_agent_config
+from testbed.alert_check import load_expected, match_first_loop
 from testbed.scenes.writer import SceneFolder
-from tests.edge_agent.test_agent_e2e import (
+from tests.fixtures.agent_process import (
     CLASS_NAMES,
-    EDGE_MODEL,
     PREFIX,
     REPO_ROOT,
     SCENE_S,
     AgentProcess,
-    _events,
-    _scene_events,
-    _wait_streaming,
+    event_payloads,
+    scene_agent_document,
+    scene_events,
+    wait_streaming,
+    write_agent_config,
 )
+from tests.fixtures.cloud_process import CloudProcess
 from tests.fixtures.mqtt import MosquittoBroker, MqttRecorder, Received
 from tests.fixtures.processes import free_tcp_port
 from tests.fixtures.rtsp import RtspServerFactory
@@ -42,56 +40,23 @@ AGENT = "hybrid-agent"
 pytestmark = pytest.mark.timeout(300)
 
 
-class CloudProcess:
-    """`cloud-service serve` on a fixed loopback port, restartable."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = free_tcp_port()
-        self.config = tmp_path / "cloud.yaml"
-        self.log = tmp_path / "cloud.log"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "server": {"listen_address": f"127.0.0.1:{self.port}", "grace_period_s": 1},
-                    "engine": {
-                        "runtime": {
-                            "type": "onnxruntime",
-                            "model_path": str(CLOUD_MODEL),
-                            "intra_op_threads": 1,
-                        },
-                        "class_names": CLASS_NAMES,
-                        "input_size": [640, 640],
-                    },
-                    "batching": {"max_batch_size": 2},
-                    "model_name": "cloud-yolov5s",
-                    "model_version": "committed",
-                    "metrics": {"enabled": False},
-                }
-            )
-        )
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "cloud_service", "serve", "--config", str(self.config)],
-                cwd=REPO_ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        process = self.process
-        with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-            wait_until_serving(channel, 60.0, still_running=lambda: process.poll() is None)
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(15)
+def _cloud_config(port: int) -> dict[str, Any]:
+    return {
+        "server": {"listen_address": f"127.0.0.1:{port}", "grace_period_s": 1},
+        "engine": {
+            "runtime": {
+                "type": "onnxruntime",
+                "model_path": str(CLOUD_MODEL),
+                "intra_op_threads": 1,
+            },
+            "class_names": CLASS_NAMES,
+            "input_size": [640, 640],
+        },
+        "batching": {"max_batch_size": 2},
+        "model_name": "cloud-yolov5s",
+        "model_version": "committed",
+        "metrics": {"enabled": False},
+    }
 
 
 def _metric(port: int, name: str, **labels: str) -> float:
@@ -121,35 +86,32 @@ def test_hybrid_loop_survives_the_cloud_going_away(
     mosquitto_broker: MosquittoBroker,
     tmp_path: Path,
 ) -> None:
-    cloud = CloudProcess(tmp_path)
+    cloud = CloudProcess(_cloud_config(free_tcp_port()), tmp_path)
     cloud.start()
     server = rtsp_server_factory(clip=scene_video(events_scene))
     recorder = MqttRecorder(mosquitto_broker, f"{PREFIX}/#")
     metrics_port = free_tcp_port()
-    document = scene_agent_config(
-        events_scene.root,
+    document = scene_agent_document(
+        tmp_path,
+        events_scene,
         camera_url=server.url,
-        model_path=EDGE_MODEL,
-        class_names=CLASS_NAMES,
-        mqtt_port=mosquitto_broker.port,
-        outbox_path=tmp_path / "outbox.sqlite3",
+        broker=mosquitto_broker,
         agent_id=AGENT,
+        status_interval_s=1.0,
     )
-    document["mqtt"].update(topic_prefix=PREFIX, status_interval_s=1.0)
     document["metrics"] = {"enabled": True, "listen_port": metrics_port}
     document["escalation"] = {
         "enabled": True,
-        "cloud_address": f"127.0.0.1:{cloud.port}",
+        "cloud_address": cloud.address,
         "per_camera_frames_per_s": 2.0,
         "per_agent_frames_per_s": 2.0,
         "deadline_ms": 3000,
         "connection": {"reconnect_min_backoff_ms": 200, "reconnect_max_backoff_ms": 1000},
     }
-    config = tmp_path / "agent.yaml"
-    config.write_text(yaml.safe_dump(document, sort_keys=False))
+    config = write_agent_config(tmp_path, document)
     agent = AgentProcess(config, tmp_path / "agent.log")
     try:
-        _wait_streaming(recorder, agent)
+        wait_streaming(recorder, agent)
         time.sleep(4.0)
         answered_before = _metric(metrics_port, "edge_agent_escalations_total", outcome="answered")
         frames_before = _metric(metrics_port, "edge_agent_frames_total")
@@ -175,7 +137,7 @@ def test_hybrid_loop_survives_the_cloud_going_away(
 
     expected = load_expected(events_scene.root / "events.json")
     _, match = match_first_loop(
-        expected, _scene_events(_events(recorder.messages)), duration_s=SCENE_S
+        expected, scene_events(event_payloads(recorder.messages)), duration_s=SCENE_S
     )
     assert match.ok, f"{match.report()}\n{log}"
     assert "cloud service unreachable" in log and "cloud service connected" in log
