@@ -52,7 +52,7 @@ from edge_agent.escalation.encode import detections_from_result
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker, NoEmbedder
 from edge_agent.tracking.camera_tracker import observed
-from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
+from edge_agent.tracking.fusion import CloudTrust, FusionSettings, FusionTally, fuse_answer
 from edge_agent.tracking.track import Track
 from protos.analytics.v1 import analytics_pb2 as pb
 from testbed.alert_check import EventMatch, SceneEvent, load_expected, match_events
@@ -403,8 +403,8 @@ class Variant:
     crop requests are answered with the whole-frame detections (fusion keeps those centred in
     the regions), as a cloud that detected each crop at its own scale (no upscaling to the
     model's input) would roughly answer; bytes are still those of the real crops.
-    `cloud_votes=False` is another what-if: fusion runs with `Track.cloud_vote` switched off, so
-    the cloud never relabels a track (everything else of fusion unchanged).
+    `cloud_votes=False` is another what-if: `Track.cloud_vote` only confirms the track, so the
+    cloud never relabels one (everything else of fusion unchanged).
     """
 
     name: str
@@ -429,13 +429,7 @@ class SimRun:
     sent_regions: int = 0
     refused_budget: int = 0
     bytes_sent: int = 0
-    fused: int = 0
-    fused_late: int = 0
-    created: int = 0
-    removed: int = 0
-    reclassified: int = 0
-    confirmed: int = 0
-    rejected: int = 0
+    fusion: FusionTally = field(default_factory=FusionTally)  # what the answers did
     sent_frames: list[int] = field(default_factory=list)
     created_ids: set[int] = field(default_factory=set)  # track ids fusion started
     loop_ms: list[float] = field(default_factory=list)  # per frame: detector + loop work
@@ -458,11 +452,16 @@ class _InFlight:
 
 @contextmanager
 def _cloud_votes(enabled: bool) -> Iterator[None]:
-    """Fusion as it is, or (what-if) with the cloud's class votes ignored."""
+    """Fusion as it is, or (what-if) with the cloud's class votes ignored (its confirmations
+    still count)."""
     if enabled:
         yield
         return
-    with patch.object(Track, "cloud_vote", lambda _self, *_args: None):
+
+    def confirm_only(track: Track, _class_id: int, score: float = 1.0, hold: int = 0) -> None:
+        track.cloud_confirmed(score, hold)
+
+    with patch.object(Track, "cloud_vote", confirm_only):
         yield
 
 
@@ -505,13 +504,7 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
                     settings=settings,
                     trust=trust,
                 )
-            run.fused += 1
-            run.fused_late += int(fused.dropped_late)
-            run.created += fused.created
-            run.removed += fused.removed
-            run.reclassified += fused.reclassified
-            run.confirmed += fused.confirmed
-            run.rejected += len(fused.rejected)
+            run.fusion.add(fused)
             if fused.rejected and rules is not None:
                 run.events += rules.withdraw(fused.rejected)
             run.created_ids.update({t.track_id for t in tracker.tracker.tracks} - before)

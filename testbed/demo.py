@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -230,9 +231,10 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
             f"{bytes_sent / 1024:.0f} KiB ({bytes_sent / max(sent, 1) / 1024:.1f} KiB/frame; "
             f"{100.0 * bytes_sent / max(stream_bytes, 1):.0f}% of the camera's H.264 stream)",
         )
-    t.add("answers fused", f"{c.fused} ({c.fused_late} too late)")
-    t.add("tracks by fusion", f"{c.fused_created} created, {c.fused_removed} removed, "
-          f"{c.fused_rejected} rejected, {c.fused_reclassified} reclassified")  # fmt: skip
+    f = c.fusion
+    t.add("answers fused", f"{f.answers} ({f.late} too late)")
+    t.add("tracks by fusion", f"{f.confirmed} confirmed, {f.reclassified} reclassified, "
+          f"{f.rejected} rejected, {f.removed} removed, {f.created} created")  # fmt: skip
     agreement = worker.cloud_trust.agreement
     if agreement is not None:
         t.add("cloud agreement", f"{100.0 * agreement:.0f}% of sure edge tracks seen by the "
@@ -270,10 +272,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         "escalated_share": sent / max(frames, 1),
         "answered": esc.answered if esc else 0,
         "bytes_sent": bytes_sent,
-        "fused": c.fused,
-        "fused_created": c.fused_created,
-        "fused_removed": c.fused_removed,
-        "fused_rejected": c.fused_rejected,
+        "fusion": dataclasses.asdict(c.fusion),
         "latency_ms": {"results": s.recorder.latencies_ms, "alerts": alert_latencies},
         "alerts": [a.payload for a in alerts],
         "expected": {

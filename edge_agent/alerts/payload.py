@@ -17,8 +17,8 @@ Schema `edge-alert/v1` (one JSON object, UTF-8, keys in this order):
   track, place and the start time, so a resend of the same event carries the same id.
 * `phase` is `start`, `update` or `end`; `timestamp` is the time of this message's frame, ISO 8601
   UTC with milliseconds. `retract` withdraws an earlier instantaneous `start` (same `event_id` and
-  `timestamp`) after a cloud answer corrected the object's class to one the rule ignores; `class`
-  is then the corrected class.
+  `timestamp`) after a cloud answer corrected the object's class to one the rule ignores (`class`
+  is then the corrected class), or found no object where the track was (`class` unchanged).
 * `track_id` and `class` are `null` for events about a zone rather than one object (occupancy).
 * `box` is `[x1, y1, x2, y2]` in pixels, or `null`.
 

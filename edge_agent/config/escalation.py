@@ -244,8 +244,8 @@ class FusionConfig(StrictModel):
         le=1.0,
         description=(
             "The cloud may relabel, reject, remove or add tracks on a camera only while it "
-            "returned a box for at least this share of the tracks the edge is sure of; 0 "
-            "trusts it always."
+            "surely (90 % lower confidence bound) returned a box for at least this share of the "
+            "tracks the edge is sure of; 0 trusts it always."
         ),
     )
     trust_min_checks: int = Field(

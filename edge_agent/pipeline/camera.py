@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from detection.detections import Detections
 from edge_agent.capture import CameraSource, CapturedFrame, CaptureState
@@ -21,7 +21,13 @@ from edge_agent.pipeline.rate import FrameRateLimiter
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker
 from edge_agent.tracking.camera_tracker import observed
-from edge_agent.tracking.fusion import CloudTrust, FusionResult, FusionSettings, fuse_answer
+from edge_agent.tracking.fusion import (
+    CloudTrust,
+    FusionResult,
+    FusionSettings,
+    FusionTally,
+    fuse_answer,
+)
 
 Box = tuple[float, float, float, float]
 _ESCALATED_KEPT = 256  # frames awaiting an answer, per camera (more than any in-flight window)
@@ -53,12 +59,7 @@ class CameraCounters:
     skipped_motion: int = 0
     failed: int = 0
     events: int = 0
-    fused: int = 0
-    fused_late: int = 0
-    fused_created: int = 0
-    fused_removed: int = 0
-    fused_reclassified: int = 0
-    fused_rejected: int = 0
+    fusion: FusionTally = field(default_factory=FusionTally)  # what cloud answers did
 
 
 class CameraWorker:
@@ -157,13 +158,7 @@ class CameraWorker:
             settings=settings,
             trust=self.cloud_trust,
         )
-        c = self.counters
-        c.fused += 1
-        c.fused_late += int(result.dropped_late)
-        c.fused_created += result.created
-        c.fused_removed += result.removed
-        c.fused_reclassified += result.reclassified
-        c.fused_rejected += len(result.rejected)
+        self.counters.fusion.add(result)
         if result.rejected and self.rules is not None:
             self._withdrawn += self.rules.withdraw(result.rejected)
         return result

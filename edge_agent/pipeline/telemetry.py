@@ -58,14 +58,7 @@ class AgentTelemetry:
             m.set_reconnects_total(camera, stats.reconnects)
             m.set_camera_total(m.motion_skipped_frames, camera, worker.counters.skipped_motion)
             m.set_camera_total(m.embedded_boxes, camera, worker.tracker.embedded_boxes)
-            c = worker.counters
-            for change, total in (
-                ("reclassified", c.fused_reclassified),
-                ("removed", c.fused_removed),
-                ("rejected", c.fused_rejected),
-                ("created", c.fused_created),
-                ("late", c.fused_late),
-            ):
+            for change, total in worker.counters.fusion.changes().items():
                 m.set_fusion_total(camera, change, total)
             agreement = worker.cloud_trust.agreement
             if agreement is not None:

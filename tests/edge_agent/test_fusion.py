@@ -226,12 +226,17 @@ def test_an_untrusted_cloud_only_vouches_and_a_trusted_one_corrects() -> None:
         assert not result.trusted and result.reclassified == 0
     assert (trust.checked, trust.seen, trust.agreement) == (3, 0, 0.0)
     assert weak.class_id == PERSON and weak.cloud_score == pytest.approx(0.9)
-    # Once it sees what the edge is sure of, agreement climbs: 1 of 4 is not enough, 13 of 16 is.
+    # Once it sees what the edge is sure of, agreement climbs: 1 of 4 is not enough, nor is 17
+    # of 20 (its 90 % lower bound is 0.72); 27 of 30 is (0.81).
     answer = _dets((*_moving_box(4), 0.9, CAR), sure)
     assert not fuse_answer(tracker, 4, answer, settings=settings, trust=trust).trusted
-    for _ in range(12):
+    for _ in range(16):
+        result = fuse_answer(tracker, 4, answer, settings=settings, trust=trust)
+    assert not result.trusted and trust.agreement == pytest.approx(0.85)
+    for _ in range(10):
         result = fuse_answer(tracker, 4, answer, settings=settings, trust=trust)
     assert result.trusted and weak.class_id == CAR
+    assert trust.agreement_lower_bound() == pytest.approx(0.808, abs=0.001)
     assert CloudTrust().agreement is None
     assert CloudTrust().trusted(FusionSettings(min_agreement=0.0))
 
@@ -245,3 +250,16 @@ def test_an_untrusted_cloud_neither_rejects_nor_removes_nor_creates() -> None:
     result = fuse_answer(tracker, 2, _dets(new_object), settings=settings, trust=CloudTrust())
     assert (result.removed, result.created, result.rejected, result.trusted) == (0, 0, (), False)
     assert len(tracker.tracks) == 1
+
+
+@pytest.mark.parametrize(
+    ("seen", "checked", "lower_bound"),
+    [(0, 0, 0.0), (10, 10, 0.859), (9, 10, 0.718), (90, 100, 0.855), (0, 10, 0.0)],
+)
+def test_trust_rests_on_the_lower_bound_of_the_agreement(
+    seen: int, checked: int, lower_bound: float
+) -> None:
+    trust = CloudTrust(checked=checked, seen=seen)
+    assert trust.agreement_lower_bound() == pytest.approx(lower_bound, abs=0.001)
+    settings = FusionSettings(min_agreement=0.85, trust_min_checks=10)
+    assert trust.trusted(settings) == (lower_bound >= 0.85)

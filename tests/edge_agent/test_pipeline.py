@@ -150,6 +150,6 @@ def test_a_track_the_cloud_rejects_has_its_alert_retracted_with_the_next_frame()
     assert step(2, 75.0) == ["zone_enter/start"]
     result = worker.fuse(2, Detections.empty(), FusionSettings(min_agreement=0.0))
     assert result is not None and len(result.rejected) == 1
-    assert worker.counters.fused_rejected == 1
+    assert worker.counters.fusion.rejected == 1
     assert step(3, 75.0) == ["zone_enter/retract"]  # and the track is no longer reported
     assert step(4, 75.0) == []

@@ -46,7 +46,7 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
     answers.close()
     assert answers.computed == 0
 
-    assert runs["edge"].sent == 0 and runs["edge"].fused == 0
+    assert runs["edge"].sent == 0 and runs["edge"].fusion.answers == 0
     assert runs["cloud"].sent == FRAMES
     assert runs["cloud"].bytes_sent == int(data.frame_bytes.sum())
     hybrid = runs["hybrid"]
@@ -58,7 +58,7 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
     assert 5 < hybrid.sent <= 10
     assert hybrid.bytes_sent == int(data.frame_bytes[hybrid.sent_frames].sum())
     in_flight = sum(1 for f in hybrid.sent_frames if f + 2 >= FRAMES)
-    assert hybrid.fused == hybrid.sent - in_flight and hybrid.fused_late == 0
+    assert hybrid.fusion.answers == hybrid.sent - in_flight and hybrid.fusion.late == 0
     for run in runs.values():
         assert len(run.outputs) == len(run.loop_ms) == FRAMES
         scores = score_run(data, run)
