@@ -169,6 +169,21 @@ class EscalationBudget:
         self._granted += 1
         return True
 
+    def refuses_frame(self, camera: str, now: float) -> bool:
+        """Whether a frame of `camera` is refused now for want of frame tokens, before its size
+        is known (counted as a refusal when so): spares working out what would be sent."""
+        scale = self._backoff.multiplier(now)
+        own = self._camera(camera, now)
+        own.frames.refill(now, scale)
+        self._agent.frames.refill(now, scale)
+        if not own.frames.allows(1.0):
+            self._refused_camera += 1
+            return True
+        if not self._agent.frames.allows(1.0):
+            self._refused_agent += 1
+            return True
+        return False
+
     def adjust_bytes(self, camera: str, delta_bytes: int) -> None:
         """Correct a grant made on an estimate once the real size is known (`actual - estimate`)."""
         own = self._cameras.get(camera)

@@ -104,9 +104,9 @@ class FrameSignals:
         low, high = config.uncertain_confidence_low, config.uncertain_confidence_high
         # Boxes below the uncertain band (the tracker's low-score second pass keeps them) are
         # noise to the policy: counted, they made nearly every frame "hard" (bench.hybrid_tradeoff).
-        detections = detections[detections.confidence >= low]
-        xyxy = detections.xyxy.astype(np.float64)
-        confidence = detections.confidence
+        keep = detections.confidence >= low
+        xyxy = detections.xyxy[keep].astype(np.float64)
+        confidence = detections.confidence[keep]
         uncertain = confidence < high
         areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
         frame_area = float(frame_width * frame_height)
@@ -119,7 +119,7 @@ class FrameSignals:
         return cls(
             frame_width=frame_width,
             frame_height=frame_height,
-            detection_count=len(detections),
+            detection_count=len(confidence),
             uncertain=_boxes(xyxy[uncertain]),
             small_objects=_boxes(xyxy[small]),
             crowded=_boxes(xyxy[crowded]),
@@ -145,15 +145,14 @@ def _max_iou_per_box(xyxy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     n = len(xyxy)
     if n < 2:
         return np.zeros(n, dtype=np.float64)
-    x1 = np.maximum(xyxy[:, None, 0], xyxy[None, :, 0])
-    y1 = np.maximum(xyxy[:, None, 1], xyxy[None, :, 1])
-    x2 = np.minimum(xyxy[:, None, 2], xyxy[None, :, 2])
-    y2 = np.minimum(xyxy[:, None, 3], xyxy[None, :, 3])
-    inter = np.clip(x2 - x1, 0.0, None) * np.clip(y2 - y1, 0.0, None)
-    areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
-    union = areas[:, None] + areas[None, :] - inter
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ious = np.where(union > 0.0, inter / union, 0.0)
+    x1, y1, x2, y2 = xyxy.T
+    # np.maximum / np.minimum rather than np.clip: this runs on every frame in the loop.
+    w = np.maximum(np.minimum.outer(x2, x2) - np.maximum.outer(x1, x1), 0.0)
+    h = np.maximum(np.minimum.outer(y2, y2) - np.maximum.outer(y1, y1), 0.0)
+    inter = w * h
+    areas = (x2 - x1) * (y2 - y1)
+    union = np.add.outer(areas, areas) - inter
+    ious = inter / np.maximum(union, 1e-12)  # degenerate boxes: no overlap, IoU 0
     np.fill_diagonal(ious, 0.0)
     return np.asarray(ious.max(axis=1), dtype=np.float64)
 
@@ -249,6 +248,11 @@ class EscalationPolicy:
             hard = True
         if not hard:
             return EscalationDecision(send=False, score=score, reasons=())
+        if self.budget.refuses_frame(camera, now):  # most hard frames: skip the crop planning
+            logger.debug("camera %s: hard frame (%s) refused by the budget", camera, reasons)
+            return EscalationDecision(
+                send=False, score=score, reasons=reasons, refused_by_budget=True
+            )
         mode, regions = self._mode(signals, reasons)
         if estimated_bytes is None:
             estimated_bytes = self._estimate_bytes(state, signals, mode, regions)

@@ -174,3 +174,16 @@ def test_overloaded_answer_backs_off() -> None:
     budget = EscalationBudget(_config(), now=0.0)
     budget.observe(1.0, overloaded=True)
     assert budget.rate_multiplier(1.0) == pytest.approx(0.5)
+
+
+def test_a_frame_is_refused_early_only_for_want_of_frame_tokens() -> None:
+    budget = EscalationBudget(_config(), now=0.0)
+    assert not budget.refuses_frame("a", 0.0)  # a check, not a grant: nothing taken
+    assert [budget.try_acquire("a", 1_000, 0.0) for _ in range(2)] == [True, True]
+    assert budget.refuses_frame("a", 0.0)
+    assert not budget.refuses_frame("b", 0.0)  # agent: 3 frames/s, one left
+    budget.try_acquire("b", 1_000, 0.0)
+    assert budget.refuses_frame("c", 0.0)
+    stats = budget.stats(0.0)
+    assert (stats.granted, stats.refused_camera, stats.refused_agent) == (3, 1, 1)
+    assert not budget.refuses_frame("a", 0.5)  # refilled
