@@ -10,6 +10,7 @@ encoded at all, and the agent goes on alone (the client reconnects in the backgr
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -157,6 +158,7 @@ class EscalationStage:
         return results
 
     def _encode_loop(self) -> None:
+        _yield_to_the_frame_loop()
         while (job := self._jobs.get()) is not None:
             try:
                 self._send(job)
@@ -192,3 +194,20 @@ class EscalationStage:
     def _observe(self, camera: str, outcome: str) -> None:
         if self.metrics is not None:
             self.metrics.observe_escalation(camera, outcome)
+
+
+ENCODER_NICENESS_STEP = 10
+"""How much nicer than the frame loop the escalation encoder thread runs (Linux niceness is per
+thread). Measured with `bench.edge_pipeline --escalation --pin` (edge on one core)."""
+
+
+def _yield_to_the_frame_loop() -> None:
+    """Lower the calling thread's scheduling priority, so that on a small edge CPU the frame
+    loop preempts JPEG encoding instead of waiting for it; best effort (no-op where the OS has
+    no per-thread niceness)."""
+    try:
+        thread = threading.get_native_id()
+        niceness = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, niceness + ENCODER_NICENESS_STEP))
+    except (AttributeError, OSError) as exc:
+        logger.debug("escalation encoder keeps the loop's priority: %s", exc)
