@@ -386,10 +386,9 @@ def run_variant(
         runners: list[Runner] = []
         agents: list[EdgeAgent] = []
         cloud_agent: tuple[EdgeAgent, StageTotals] | None = None
-        for decode in (False, True) if args.decode else (False,):
-            suffix = "+decode" if decode else ""
-            agent_id = f"bench-{model}-{embedder}-{cameras}{suffix}".replace("+", "-")
-            config = agent_config(
+
+        def config_for(agent_id: str) -> EdgeAgentConfig:
+            return agent_config(
                 scene,
                 camera_urls=[str(video)] * cameras,
                 model=model,
@@ -400,6 +399,11 @@ def run_variant(
                 outbox_path=work / f"{agent_id}.sqlite",
                 agent_id=agent_id,
             )
+
+        for decode in (False, True) if args.decode else (False,):
+            suffix = "+decode" if decode else ""
+            agent_id = f"bench-{model}-{embedder}-{cameras}{suffix}".replace("+", "-")
+            config = config_for(agent_id)
             detector = stack.enter_context(detector_for(config))
             reader = FrameReader(video, None if decode else decoded)
             stack.callback(reader.close)
@@ -411,18 +415,7 @@ def run_variant(
             stack.callback(reader.close)
             runners.append(Runner(f"pipeline{suffix}", reader, feed, cameras, stages=stages))
             if cloud_address is not None and not decode:
-                cloud_id = f"{agent_id}-cloud"
-                cloud_config = agent_config(
-                    scene,
-                    camera_urls=[str(video)] * cameras,
-                    model=model,
-                    threads=args.threads,
-                    embedder=embedder,
-                    target_fps=TARGET_FPS,
-                    mqtt_port=mqtt_port,
-                    outbox_path=work / f"{cloud_id}.sqlite",
-                    agent_id=cloud_id,
-                )
+                cloud_config = config_for(f"{agent_id}-cloud")
                 escalation = EscalationConfig.model_validate(
                     {"enabled": True, "cloud_address": cloud_address}
                 )

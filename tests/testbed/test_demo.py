@@ -60,7 +60,9 @@ def test_demo_runs_one_scene_loop_end_to_end(
     numbers = json.loads((demo_out / "summary.json").read_text())
     assert numbers["frames_analysed"] >= 0.8 * 25 * 14.4  # kept (near) the camera's frame rate
     assert 0 < numbers["escalated"] < numbers["frames_analysed"]
-    assert numbers["answered"] > 0 and numbers["fusion"]["answers"] > 0 and numbers["bytes_sent"] > 0
+    assert (
+        numbers["answered"] > 0 and numbers["fusion"]["answers"] > 0 and numbers["bytes_sent"] > 0
+    )
     assert numbers["expected"]["ok"] and numbers["expected"]["matched"] >= 5
     assert numbers["problems"] == []
     assert len(numbers["latency_ms"]["results"]) == numbers["frames_analysed"]
