@@ -9,12 +9,10 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 import numpy as np
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
 
-_NANOS_PER_SECOND = 1_000_000_000
 _CODES_BY_VALUE: dict[int, grpc.StatusCode] = {int(code.value[0]): code for code in grpc.StatusCode}
 
 
@@ -64,18 +62,6 @@ def status_to_proto(code: grpc.StatusCode, message: str = "") -> pb.ResultStatus
 def status_code_from_proto(status: pb.ResultStatus) -> grpc.StatusCode:
     """The gRPC status code of a `ResultStatus`; values gRPC does not define map to UNKNOWN."""
     return _CODES_BY_VALUE.get(status.code, grpc.StatusCode.UNKNOWN)
-
-
-def timestamp_from_seconds(seconds: float) -> Timestamp:
-    """A `Timestamp` for a POSIX time in seconds (e.g. `time.time()`), to the nanosecond."""
-    stamp = Timestamp()
-    stamp.FromNanoseconds(round(seconds * _NANOS_PER_SECOND))
-    return stamp
-
-
-def timestamp_to_seconds(stamp: Timestamp) -> float:
-    """POSIX seconds of a `Timestamp`."""
-    return stamp.seconds + stamp.nanos / _NANOS_PER_SECOND
 
 
 def map_to_source(

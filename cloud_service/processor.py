@@ -11,11 +11,12 @@ from typing import Protocol, cast
 
 import grpc
 
-from cloud_service.convert import detections_to_proto, status_to_proto, timestamp_to_seconds
+from cloud_service.convert import detections_to_proto, status_to_proto
 from cloud_service.decoders import BgrImage, CpuDecoder, Decoder, JpegLimits
 from cloud_service.frames import FrameRejected, PreparedFrame, prepare_frames
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.timestamps import timestamp_to_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,11 @@ from cloud_service.batching.scheduler import (
     StreamKey,
 )
 from cloud_service.config import BatchingConfig
-from cloud_service.convert import status_code_from_proto, timestamp_to_seconds
+from cloud_service.convert import status_code_from_proto
 from cloud_service.metrics import ServiceMetrics
 from cloud_service.processor import error_result
 from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.timestamps import timestamp_to_seconds
 
 logger = logging.getLogger(__name__)
 

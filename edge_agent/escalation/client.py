@@ -25,9 +25,9 @@ import grpc
 from configkit.secrets import SecretError
 from edge_agent.capture.backoff import Backoff
 from edge_agent.config.escalation import EscalationConfig
-from edge_agent.escalation.encode import timestamp_from_seconds
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
+from protos.analytics.v1.timestamps import timestamp_from_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -8,16 +8,15 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 import numpy.typing as npt
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from detection.detections import Detections
 from edge_agent.escalation.policy import EscalationDecision
 from edge_agent.escalation.roi import Box
 from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.timestamps import timestamp_from_seconds
 
 logger = logging.getLogger(__name__)
 
-_NANOS_PER_SECOND = 1_000_000_000
 
 BgrImage = npt.NDArray[np.uint8]
 
@@ -36,18 +35,6 @@ def encode_jpeg(image: BgrImage, quality: int) -> bytes:
     if not ok:
         raise EncodeError(f"OpenCV failed to encode an image of shape {image.shape}")
     return bytes(buffer.tobytes())
-
-
-def timestamp_from_seconds(seconds: float) -> Timestamp:
-    """A `Timestamp` for POSIX seconds (e.g. `time.time()`), to the nanosecond."""
-    stamp = Timestamp()
-    stamp.FromNanoseconds(round(seconds * _NANOS_PER_SECOND))
-    return stamp
-
-
-def timestamp_to_seconds(stamp: Timestamp) -> float:
-    """POSIX seconds of a `Timestamp`."""
-    return stamp.seconds + stamp.nanos / _NANOS_PER_SECOND
 
 
 def crop(image: BgrImage, box: Box) -> BgrImage:

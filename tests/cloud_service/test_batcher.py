@@ -12,10 +12,11 @@ import pytest
 
 from cloud_service.batching import DynamicBatcher
 from cloud_service.config import BatchingConfig
-from cloud_service.convert import status_code_from_proto, timestamp_from_seconds
+from cloud_service.convert import status_code_from_proto
 from cloud_service.metrics import ServiceMetrics
 from cloud_service.processor import empty_result
 from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.timestamps import timestamp_from_seconds
 
 WAIT_S = 10.0
 MakeBatcher = Callable[..., DynamicBatcher]

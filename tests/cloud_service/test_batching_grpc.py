@@ -23,7 +23,6 @@ from cloud_service.config import BatchingConfig, ServerConfig
 from cloud_service.convert import (
     detections_from_proto,
     status_code_from_proto,
-    timestamp_from_seconds,
 )
 from cloud_service.jpeg import default_jpeg_decoder
 from cloud_service.metrics import ServiceMetrics, start_metrics_exporter
@@ -36,6 +35,7 @@ from detection.detector import Detector
 from detection.runtimes.config import OnnxRuntimeConfig
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
+from protos.analytics.v1.timestamps import timestamp_from_seconds
 from tests.fixtures.grpc_server import FAKE_MODEL, FakeDetector, make_jpeg
 
 RPC_TIMEOUT_S = 30.0

@@ -12,11 +12,10 @@ from cloud_service.convert import (
     map_to_source,
     status_code_from_proto,
     status_to_proto,
-    timestamp_from_seconds,
-    timestamp_to_seconds,
 )
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.timestamps import timestamp_from_seconds, timestamp_to_seconds
 
 NAMES = ("person", "car", "bike")
 

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from cloud_service.convert import status_code_from_proto, timestamp_from_seconds
+from cloud_service.convert import status_code_from_proto
 from cloud_service.decoders import CpuDecoder, DecodeResult, JpegLimits
 from cloud_service.processor import DetectorFrameProcessor, accepts_scale_up
 from detection.config import DetectorConfig
@@ -22,6 +22,7 @@ from detection.detector import Detector
 from detection.runtimes.base import InputSpec
 from detection.runtimes.config import OnnxRuntimeConfig
 from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.timestamps import timestamp_from_seconds
 from tests.fixtures.grpc_server import (
     FAKE_MODEL,
     FakeDetector,

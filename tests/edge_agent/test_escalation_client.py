@@ -25,9 +25,9 @@ from edge_agent.escalation.encode import (
     encode_jpeg,
     payload_bytes,
     payload_pixels,
-    timestamp_to_seconds,
 )
 from protos.analytics.v1 import analytics_pb2 as pb
+from protos.analytics.v1.timestamps import timestamp_to_seconds
 from tests.fixtures.grpc_server import FAKE_MODEL, FakeDetector, RunningServer, ServerFactory
 
 WAIT_S = 10.0
