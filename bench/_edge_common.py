@@ -88,15 +88,6 @@ def agent_config(
     return EdgeAgentConfig.model_validate(document)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The `q`-th percentile (0..100, nearest rank) of `values`; NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
 def temp_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
     """A temporary folder for outboxes and broker configs."""
     return tempfile.TemporaryDirectory(prefix=prefix)

@@ -47,11 +47,11 @@ from bench._edge_common import (
     agent_config,
     embedder_named,
     ensure_scene,
-    percentile,
     rss_mib,
     temp_dir,
 )
 from edge_agent.config import EdgeAgentConfig
+from testbed.demo_report import percentile
 
 logger = logging.getLogger(__name__)
 

@@ -61,7 +61,6 @@ from bench._edge_common import (
     agent_config,
     embedder_named,
     ensure_scene,
-    percentile,
     temp_dir,
 )
 from detection.detector import Detector
@@ -72,6 +71,7 @@ from edge_agent.escalation import EscalationClient
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
 from edge_agent.pipeline.camera import CameraWorker
 from edge_agent.pipeline.escalation import EscalationStage
+from testbed.demo_report import percentile
 
 Image = npt.NDArray[np.uint8]
 SCENE_FPS = 25.0
