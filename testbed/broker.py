@@ -76,8 +76,9 @@ def amqtt_available() -> bool:
         return False
 
 
-def mosquitto_config(host: str, port: int) -> str:
-    """A `mosquitto.conf`: one anonymous listener, no persistence, no queue limit."""
+def mosquitto_config(host: str, port: int, extra: Sequence[str] = ()) -> str:
+    """A `mosquitto.conf`: one anonymous listener, no persistence, no queue limit, logging to
+    stdout; `extra` lines are appended."""
     lines = [
         f"listener {port} {host}",
         "allow_anonymous true",
@@ -89,9 +90,10 @@ def mosquitto_config(host: str, port: int) -> str:
         "log_type notice",
     ]
     if os.geteuid() == 0:
-        # As root Mosquitto drops to its own user; stay the user that runs the demo.
+        # As root Mosquitto drops to its own `mosquitto` user, which cannot write into the
+        # caller's private temp folders; stay the user that runs the demo or the tests.
         lines.append(f"user {pwd.getpwuid(os.geteuid()).pw_name}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *extra]) + "\n"
 
 
 def start_broker(kind: BrokerKind, work_dir: Path, *, ready_timeout_s: float = 15.0) -> LocalBroker:
