@@ -7,20 +7,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from edge_agent.alerts import SCHEMA, AlertPublisher, EventIds, Outbox
 from edge_agent.config.mqtt import MqttConfig
-from edge_agent.rules.engine import NO_TRACK, RuleEvent
+from edge_agent.rules.engine import NO_TRACK
+from tests.fixtures.events import T0, door_event
 from tests.fixtures.mqtt import MosquittoBroker, MosquittoBrokerFactory, Received
 from tests.fixtures.mqtt import MqttRecorder as Subscriber
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "va-test"
 AGENT = "edge-01"
-T0 = 1_764_485_750.125  # 2025-11-30T06:55:50.125Z
 
 
 def _config(broker: MosquittoBroker, outbox: Path) -> MqttConfig:
@@ -33,21 +32,6 @@ def _publisher(broker: MosquittoBroker, outbox: Path) -> AlertPublisher:
     return AlertPublisher(_config(broker, outbox), AGENT, reconnect_min_s=1, reconnect_max_s=1)
 
 
-def _event(track_id: int = 7, **kw: Any) -> RuleEvent:
-    fields: dict[str, Any] = {
-        "rule": "door-enter",
-        "kind": "zone_enter",
-        "camera": "cam-1",
-        "track_id": track_id,
-        "class_id": 0,
-        "timestamp_s": T0,
-        "box": (10.0, 20.0, 110.0, 220.0),
-        "zone": "door",
-    }
-    fields.update(kw)
-    return RuleEvent(**fields)
-
-
 EVENTS_TOPIC = f"{PREFIX}/{AGENT}/events/cam-1/door-enter"
 AVAILABILITY = f"{PREFIX}/{AGENT}/availability"
 
@@ -55,16 +39,20 @@ AVAILABILITY = f"{PREFIX}/{AGENT}/availability"
 def test_event_ids_are_stable_over_the_lifecycle() -> None:
     ids = EventIds(AGENT)
     loiter = {"rule": "linger", "kind": "loiter", "zone": "door"}
-    start = ids.id_for(_event(3, phase="start", **loiter))
-    end = ids.id_for(_event(3, phase="end", timestamp_s=T0 + 30, **loiter))
+    start = ids.id_for(door_event(3, phase="start", **loiter))
+    end = ids.id_for(door_event(3, phase="end", timestamp_s=T0 + 30, **loiter))
     assert start == end and len(ids) == 0
     occ = {"rule": "crowd", "kind": "zone_occupancy", "track_id": NO_TRACK, "box": None}
-    first = ids.id_for(_event(phase="start", count=3, **occ))
-    update = ids.id_for(_event(phase="update", count=4, timestamp_s=T0 + 1, **occ))
-    last = ids.id_for(_event(phase="end", count=1, timestamp_s=T0 + 2, **occ))
+    first = ids.id_for(door_event(phase="start", count=3, **occ))
+    update = ids.id_for(door_event(phase="update", count=4, timestamp_s=T0 + 1, **occ))
+    last = ids.id_for(door_event(phase="end", count=1, timestamp_s=T0 + 2, **occ))
     assert first == update == last != start
-    assert ids.id_for(_event(phase="start", timestamp_s=T0 + 5, **occ)) != first
-    assert ids.id_for(_event(1)) == EventIds(AGENT).id_for(_event(1)) != ids.id_for(_event(2))
+    assert ids.id_for(door_event(phase="start", timestamp_s=T0 + 5, **occ)) != first
+    assert (
+        ids.id_for(door_event(1))
+        == EventIds(AGENT).id_for(door_event(1))
+        != ids.id_for(door_event(2))
+    )
 
 
 def test_event_topic_payload_qos_and_retain(
@@ -74,7 +62,7 @@ def test_event_topic_payload_qos_and_retain(
     pub = _publisher(mosquitto_broker, tmp_path / "outbox.sqlite3")
     pub.start()
     try:
-        pub.publish_event(_event())
+        pub.publish_event(door_event())
         sub.wait_for(lambda ms: any(m.topic == EVENTS_TOPIC for m in ms))
         assert pub.flush(5) and pub.outbox.depth() == 0
     finally:
@@ -85,7 +73,7 @@ def test_event_topic_payload_qos_and_retain(
     body = json.loads(msg.payload)
     assert body == {
         "schema": SCHEMA,
-        "event_id": EventIds(AGENT).id_for(_event()),
+        "event_id": EventIds(AGENT).id_for(door_event()),
         "phase": "start",
         "rule": "door-enter",
         "kind": "zone_enter",
@@ -196,11 +184,11 @@ def test_broker_outage_loses_nothing_and_keeps_order(
     pub = _publisher(broker, tmp_path / "outbox.sqlite3")
     pub.start()
     try:
-        pub.publish_event(_event(0))
+        pub.publish_event(door_event(0))
         sub.wait_for(lambda ms: len(ms) == 1)
         broker.stop()
         for track_id in range(1, 6):
-            pub.publish_event(_event(track_id, timestamp_s=T0 + track_id))
+            pub.publish_event(door_event(track_id, timestamp_s=T0 + track_id))
         assert pub.outbox.depth() == 5  # nothing acknowledged while the broker is down
         broker.start()
         sub.wait_for(lambda ms: len(ms) >= 6, timeout_s=15)
@@ -220,7 +208,7 @@ def test_outbox_persists_across_publisher_instances(
     first = _publisher(mosquitto_broker, path)
     first.start()
     for track_id in range(3):
-        first.publish_event(_event(track_id))
+        first.publish_event(door_event(track_id))
     first.close(timeout_s=0.2)  # broker down: the events stay on disk
     assert Outbox(path).depth() == 3
 

@@ -24,14 +24,14 @@ from edge_agent.alerts.subscriber import (
     run_alerts,
 )
 from edge_agent.config.mqtt import MqttConfig
-from edge_agent.rules.engine import NO_TRACK, RuleEvent
+from edge_agent.rules.engine import NO_TRACK
+from tests.fixtures.events import T0, door_event
 from tests.fixtures.mqtt import MosquittoBroker, MosquittoBrokerFactory
 from tests.fixtures.processes import free_tcp_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "va-test/site-a"
 AGENT = "edge-01"
-T0 = 1_764_485_750.125  # 2025-11-30T06:55:50.125Z
 STAMP = "2025-11-30T06:55:50.125Z"
 WAIT_S = 20.0
 
@@ -45,21 +45,6 @@ def _config(broker: MosquittoBroker, tmp_path: Path, **fields: Any) -> MqttConfi
         outbox_path=tmp_path / "outbox.sqlite3",
         **fields,
     )
-
-
-def _event(**kw: Any) -> RuleEvent:
-    fields: dict[str, Any] = {
-        "rule": "door-enter",
-        "kind": "zone_enter",
-        "camera": "cam-1",
-        "track_id": 7,
-        "class_id": 0,
-        "timestamp_s": T0,
-        "box": (10.0, 20.0, 110.0, 220.0),
-        "zone": "door",
-    }
-    fields.update(kw)
-    return RuleEvent(**fields)
 
 
 def _payload(agent: str = AGENT, camera: str = "cam-1", rule: str = "door-enter") -> bytes:
@@ -135,13 +120,13 @@ def test_prints_one_line_per_event_from_the_publisher(
         timeout_s=WAIT_S,
         class_names=("person", "car"),
     )
-    publisher.publish_event(_event())
+    publisher.publish_event(door_event())
     crossing = {"rule": "gate", "kind": "line_cross", "zone": None, "line": "gate-line"}
     publisher.publish_event(
-        _event(track_id=9, class_id=1, direction="in", timestamp_s=T0 + 1, **crossing)
+        door_event(track_id=9, class_id=1, direction="in", timestamp_s=T0 + 1, **crossing)
     )
     crowd = {"rule": "crowd", "kind": "zone_occupancy", "track_id": NO_TRACK, "box": None}
-    publisher.publish_event(_event(phase="start", count=4, timestamp_s=T0 + 2, **crowd))
+    publisher.publish_event(door_event(phase="start", count=4, timestamp_s=T0 + 2, **crowd))
     assert follower.finish() == [
         f"{STAMP} edge-01/cam-1 door-enter zone_enter start class=person track=7 zone=door",
         "2025-11-30T06:55:51.125Z edge-01/cam-1 gate line_cross start class=car track=9 "
@@ -164,7 +149,7 @@ def test_json_lines_with_retained_availability_and_status(
         max_messages=3,
         timeout_s=WAIT_S,
     )
-    publisher.publish_event(_event())
+    publisher.publish_event(door_event())
     lines = [json.loads(line) for line in follower.finish()]
     (event,) = [line for line in lines if line.get("schema") == "edge-alert/v1"]
     assert (event["camera"], event["rule"], event["track_id"], event["timestamp"]) == (
