@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -203,26 +204,19 @@ def _trusted_rows(cloud: Detections, regions: Sequence[Box], s: FusionSettings) 
     candidates.sort(key=lambda i: -float(cloud.confidence[i]))
     chosen: list[int] = []
     for i in candidates:
-        if chosen:
-            overlap = 1.0 - iou_cost(cloud.xyxy[chosen], cloud.xyxy[i : i + 1])
-            if float(overlap.max()) >= s.duplicate_iou:
-                continue
-        chosen.append(i)
+        if not _overlapping(cloud.xyxy[i : i + 1], cloud.xyxy[chosen], s.duplicate_iou)[0]:
+            chosen.append(i)
     return sorted(chosen)
 
 
-def _seen(
-    boxes: npt.NDArray[np.float64], cloud: Detections, min_iou: float
+def _overlapping(
+    boxes: npt.NDArray[np.floating[Any]], others: npt.NDArray[np.floating[Any]], min_iou: float
 ) -> npt.NDArray[np.bool_]:
-    """Per box: whether the cloud returned any box (any class or score) overlapping it."""
-    if not len(boxes) or not len(cloud):
+    """Per box (xyxy rows): whether any of `others` overlaps it with IoU >= `min_iou`."""
+    if not len(boxes) or not len(others):
         return np.zeros(len(boxes), dtype=bool)
-    overlap = 1.0 - iou_cost(boxes, cloud.xyxy)
+    overlap = 1.0 - iou_cost(boxes, others)
     return np.asarray(overlap.max(axis=1) >= min_iou, dtype=bool)
-
-
-def _iou(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> float:
-    return 1.0 - float(iou_cost(a.reshape(1, 4), b.reshape(1, 4))[0, 0])
 
 
 def fuse_answer(
@@ -249,29 +243,33 @@ def fuse_answer(
         box = None if track.is_deleted else track.box_at(frame_index, s.history_tolerance_frames)
         if box is not None and (not regions or _inside(_centre(box), regions)):
             then.append((track, box))
-    seen = _seen(np.stack([box for _, box in then]) if then else np.zeros((0, 4)), cloud, s.min_iou)
+    boxes_then = np.stack([box for _, box in then]) if then else np.zeros((0, 4))
+    # Seen: the cloud returned any box there, whatever its class or score.
+    seen = _overlapping(boxes_then, cloud.xyxy, s.min_iou)
     trusted = _observe_trust(trust, then, seen, s)
     rows = _trusted_rows(cloud, regions, s)
 
     matches: list[tuple[int, int]] = []
     unmatched_tracks = list(range(len(then)))
     unmatched_cloud = rows
+    cost = np.zeros((len(then), len(rows)))
     if then and rows:
-        cost = iou_cost(np.stack([box for _, box in then]), cloud.xyxy[rows])
+        cost = iou_cost(boxes_then, cloud.xyxy[rows])
         assignment = linear_assignment(
             cost, 1.0 - s.min_iou, list(range(len(then))), list(range(len(rows)))
         )
-        matches = [(t, rows[c]) for t, c in assignment.matches]
+        matches = list(assignment.matches)  # (index into then, index into rows)
         unmatched_tracks = assignment.unmatched_tracks
         unmatched_cloud = [rows[c] for c in assignment.unmatched_detections]
 
     reclassified = confirmed = 0
-    for t, c in matches:
+    for t, r in matches:
         track, box_then = then[t]
+        c = rows[r]
         if track.is_tentative:
             track.confirm()
             confirmed += 1
-        if _iou(box_then, cloud.xyxy[c]) >= s.confirm_iou:
+        if 1.0 - float(cost[t, r]) >= s.confirm_iou:
             score = float(cloud.confidence[c])
             if trusted:
                 before = track.class_id
@@ -340,10 +338,8 @@ def _create_tracks(
     for c in unmatched:
         if float(cloud.confidence[c]) < max(s.new_track_min_score, s.min_cloud_score):
             continue
-        if present:
-            overlap = 1.0 - iou_cost(np.stack(present), cloud.xyxy[c : c + 1])
-            if float(overlap.max()) >= s.covered_iou:
-                continue  # a track already covers it now (it moved since that frame)
+        if present and _overlapping(cloud.xyxy[c : c + 1], np.stack(present), s.covered_iou)[0]:
+            continue  # a track already covers it now (it moved since that frame)
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED
         track.cloud_vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.hold_frames)
