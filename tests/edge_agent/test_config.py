@@ -116,6 +116,18 @@ CASES = [
         id="escalation-without-address",
     ),
     pytest.param(
+        _with("escalation:\n  fusion:\n    min_agreement: 1.5\n"),
+        "t.yaml:22: escalation.fusion.min_agreement: Input should be less than or equal to 1 "
+        "(got 1.5)",
+        id="fusion-agreement-above-one",
+    ),
+    pytest.param(
+        _with("escalation:\n  fusion:\n    trust_min_checks: -1\n"),
+        "t.yaml:22: escalation.fusion.trust_min_checks: Input should be greater than or equal "
+        "to 0 (got -1)",
+        id="fusion-negative-checks",
+    ),
+    pytest.param(
         _with("escalation:\n  per_camera_frames_per_s: 20\n  per_agent_frames_per_s: 10\n"),
         "t.yaml:21: escalation.per_camera_frames_per_s: per_camera_frames_per_s (20.0) exceeds "
         "per_agent_frames_per_s (10.0)",
