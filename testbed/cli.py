@@ -3,6 +3,7 @@
     python -m testbed scene --preset crowded --seed 3 --out DIR [--frames N]
     python -m testbed dataset --out DIR --train-scenes N --val-scenes N --test-scenes N \
         --frames-per-scene N --every N --seed S
+    python -m testbed clip vtest bikes [--source]   # fetch real clips, print their paths
 """
 
 from __future__ import annotations
@@ -72,7 +73,28 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--seed", type=int, default=0)
     data.add_argument("--presets", nargs="+", choices=PRESETS, default=None)
     data.add_argument("--min-visibility", type=float, default=0.25, help="label threshold")
+    clip = sub.add_parser(
+        "clip", parents=[common], help="fetch real sample clips and print their cached paths"
+    )
+    clip.add_argument("names", nargs="+", help="clip names (testbed.media.sample_clip_names)")
+    clip.add_argument("--source", action="store_true", help="the original files, not transcoded")
     return parser
+
+
+def _print_clips(names: Sequence[str], cache_dir: Path, source: bool) -> int:
+    from testbed.media import MediaError, clip_source, sample_clip, sample_clip_names
+
+    for name in names:
+        if name not in sample_clip_names():
+            print(f"unknown clip {name!r}; expected one of {sample_clip_names()}", file=sys.stderr)
+            return 2
+    try:
+        for name in names:
+            print(clip_source(cache_dir, name) if source else sample_clip(cache_dir, name=name))
+    except MediaError as exc:
+        print(f"python -m testbed clip: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     cache_dir = args.cache_dir or default_cache_dir()
+    if args.command == "clip":
+        return _print_clips(args.names, cache_dir, args.source)
     started = time.perf_counter()
     if args.command == "scene":
         from testbed.scenes.scenario import make_scenario
