@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from configkit.secrets import SecretError, find_secret_refs
 from configkit.yaml_loader import (
     ConfigError,
     ConfigIssue,
+    KeyPath,
     LoadedYaml,
+    LocatedMessage,
     format_key_path,
     parse_yaml,
     validate_loaded,
@@ -24,6 +26,7 @@ __all__ = [
     "EXIT_INVALID",
     "EXIT_OK",
     "EXIT_UNREADABLE",
+    "ModelCheck",
     "add_log_level_argument",
     "build_parser",
     "run_cli",
@@ -37,33 +40,54 @@ EXIT_UNREADABLE = 2
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def _secret_issues(loaded: LoadedYaml, config: BaseModel) -> list[ConfigIssue]:
+ModelCheck = Callable[[BaseModel], Iterable[LocatedMessage]]
+"""A check beyond the model's own validation (e.g. that model files exist): problems found in a
+validated config, or in one of its top-level sections, as `(key path, message)` pairs."""
+
+
+def _issue_at(loaded: LoadedYaml, path: KeyPath, message: str) -> ConfigIssue:
+    pos = loaded.position_of(path)
+    return ConfigIssue(loaded.file, pos.line, pos.column, format_key_path(path), message)
+
+
+def _secret_issues(
+    loaded: LoadedYaml, config: BaseModel, prefix: KeyPath = ()
+) -> list[ConfigIssue]:
     issues = []
     for path, ref in find_secret_refs(config):
         try:
             ref.resolve()
         except SecretError as error:
-            pos = loaded.position_of(path)
-            issues.append(
-                ConfigIssue(loaded.file, pos.line, pos.column, format_key_path(path), str(error))
-            )
+            issues.append(_issue_at(loaded, (*prefix, *path), str(error)))
     return issues
 
 
-def validate_config_command(
+def _valid_sections(loaded: LoadedYaml, model: type[BaseModel]) -> list[tuple[KeyPath, BaseModel]]:
+    """The top-level sections of an invalid file that are valid on their own (a section typed
+    by a model of its own), so the extra checks still cover them in the same pass."""
+    if not isinstance(loaded.data, Mapping):
+        return []
+    sections: list[tuple[KeyPath, BaseModel]] = []
+    for name, field in model.model_fields.items():
+        annotation, value = field.annotation, loaded.data.get(name)
+        if not isinstance(value, Mapping) or not isinstance(annotation, type):
+            continue
+        if not issubclass(annotation, BaseModel):
+            continue
+        try:
+            sections.append(((name,), annotation.model_validate(value)))
+        except ValidationError:
+            continue
+    return sections
+
+
+def _validate_file(
     path: str | Path,
     model: type[ModelT],
-    summarize: Callable[[ModelT], str] | None = None,
-    *,
-    check_secrets: bool = False,
+    summarize: Callable[[ModelT], str] | None,
+    check_secrets: bool,
+    checks: Sequence[ModelCheck],
 ) -> int:
-    """Validate the YAML file at `path` with `model` and report on stdout / stderr.
-
-    Prints `FILE: OK (summary)` and returns 0 for a valid file; prints one
-    `FILE:LINE: path: message` line per error to stderr and returns 1 for an invalid one; returns 2
-    when the file cannot be read. With `check_secrets`, every secret the config names must also
-    resolve now (as under systemd's `ExecStartPre`, which sees the service's credentials).
-    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -71,17 +95,64 @@ def validate_config_command(
         return EXIT_UNREADABLE
     try:
         loaded = parse_yaml(text, str(path))
-        config = validate_loaded(loaded, model)
-        if check_secrets:
-            missing = _secret_issues(loaded, config)
-            if missing:
-                raise ConfigError(missing)
     except ConfigError as error:
         print(error, file=sys.stderr)
+        return EXIT_INVALID
+    issues: list[ConfigIssue] = []
+    config: ModelT | None = None
+    try:
+        config = validate_loaded(loaded, model)
+    except ConfigError as error:
+        issues += error.issues
+    targets: list[tuple[KeyPath, BaseModel]] = (
+        [((), config)] if config is not None else _valid_sections(loaded, model)
+    )
+    for prefix, target in targets:
+        if check_secrets:
+            issues += _secret_issues(loaded, target, prefix)
+        for check in checks:
+            issues += [
+                _issue_at(loaded, (*prefix, *where), message) for where, message in check(target)
+            ]
+    if issues or config is None:  # an invalid file always has issues
+        unique = list(dict.fromkeys(issues))
+        unique.sort(key=lambda issue: (issue.line, issue.column))
+        print(ConfigError(unique), file=sys.stderr)
         return EXIT_INVALID
     summary = f" ({summarize(config)})" if summarize is not None else ""
     print(f"{path}: OK{summary}")
     return EXIT_OK
+
+
+def validate_config_command(
+    paths: str | Path | Sequence[str | Path],
+    model: type[ModelT],
+    summarize: Callable[[ModelT], str] | None = None,
+    *,
+    check_secrets: bool = False,
+    checks: ModelCheck | Sequence[ModelCheck] | None = None,
+) -> int:
+    """Validate each YAML file in `paths` with `model` and report on stdout / stderr.
+
+    Per file, in the order given: `FILE: OK (summary)` on stdout for a valid file, or one
+    `FILE:LINE: path: message` line per error on stderr, every error of the file at once (field
+    errors, cross-field checks, the extra `checks`), sorted by line. Returns the worst outcome:
+    0 when every file is valid, 1 when one is invalid, 2 when one cannot be read.
+
+    With `check_secrets`, every secret the config names must also resolve now (as under
+    systemd's `ExecStartPre`, which sees the service's credentials). `checks` (e.g. that the
+    model files exist and load) run on a valid config, or on the top-level sections that are
+    valid on their own when the file has errors elsewhere.
+    """
+    files = [paths] if isinstance(paths, str | Path) else list(paths)
+    if checks is None:
+        check_list: list[ModelCheck] = []
+    elif callable(checks):
+        check_list = [checks]
+    else:
+        check_list = list(checks)
+    outcomes = [_validate_file(f, model, summarize, check_secrets, check_list) for f in files]
+    return max(outcomes, default=EXIT_OK)
 
 
 if TYPE_CHECKING:

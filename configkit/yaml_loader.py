@@ -6,14 +6,15 @@ so an operator (or systemd's `ExecStartPre`) sees every problem at once with its
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+from pydantic_core.core_schema import ErrorType
 
 __all__ = [
     "ConfigError",
@@ -21,11 +22,14 @@ __all__ = [
     "KeyPath",
     "LoadedYaml",
     "config_error_at",
+    "config_errors",
+    "field_of",
     "format_key_path",
     "load_config",
     "parse_config",
     "parse_yaml",
     "validate_loaded",
+    "validate_with_checks",
 ]
 
 KeyPath = tuple[str | int, ...]
@@ -33,7 +37,12 @@ KeyPath = tuple[str | int, ...]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
+LocatedMessage = tuple[KeyPath, str]
+"""A problem found by a cross-field check: where (below the model checked) and what."""
+
 _AT_CONTEXT_KEY = "at"
+_REFERENCE_ERROR = "config_reference"
+_KNOWN_ERROR_TYPES: frozenset[str] = frozenset(get_args(ErrorType))
 _MAX_VALUE_CHARS = 60
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -93,8 +102,90 @@ def config_error_at(path: KeyPath, message: str) -> PydanticCustomError:
     rather than the line of the whole model.
     """
     return PydanticCustomError(
-        "config_reference", "{reason}", {"reason": message, _AT_CONTEXT_KEY: path}
+        _REFERENCE_ERROR, "{reason}", {"reason": message, _AT_CONTEXT_KEY: path}
     )
+
+
+def _reference_error(path: KeyPath, message: str) -> InitErrorDetails:
+    error = PydanticCustomError(_REFERENCE_ERROR, "{reason}", {"reason": message})
+    return InitErrorDetails(type=error, loc=path, input=None)
+
+
+def config_errors(title: str, issues: Iterable[LocatedMessage]) -> ValidationError:
+    """Several cross-field errors at once, each at its own path below the model (`title`).
+
+    Raise it from a `model_validator` that finds more than one problem, so `validate-config`
+    reports them all in one pass, each with its YAML line; pydantic puts the model's own
+    location in front of every path.
+    """
+    return ValidationError.from_exception_data(
+        title, [_reference_error(path, message) for path, message in issues]
+    )
+
+
+def _reraisable(error: ValidationError) -> list[InitErrorDetails]:
+    """The errors of `error`, in the form `ValidationError.from_exception_data` takes back."""
+    details: list[InitErrorDetails] = []
+    for detail in error.errors():
+        loc, value, ctx = tuple(detail["loc"]), detail["input"], detail.get("ctx")
+        if detail["type"] in _KNOWN_ERROR_TYPES:
+            known = InitErrorDetails(type=cast(ErrorType, detail["type"]), loc=loc, input=value)
+            if ctx:
+                known["ctx"] = ctx
+            details.append(known)
+        elif ctx:
+            custom = PydanticCustomError(
+                detail["type"], "{reason}", {**ctx, "reason": detail["msg"]}
+            )
+            details.append(InitErrorDetails(type=custom, loc=loc, input=value))
+        else:
+            custom = PydanticCustomError(detail["type"], detail["msg"])
+            details.append(InitErrorDetails(type=custom, loc=loc, input=value))
+    return details
+
+
+def validate_with_checks(
+    data: Any,
+    handler: Callable[[Any], ModelT],
+    title: str,
+    check: Callable[[Any], Iterable[LocatedMessage]],
+    check_built: Callable[[ModelT], Iterable[LocatedMessage]] | None = None,
+) -> ModelT:
+    """The body of a `mode="wrap"` model validator whose cross-field checks run in any case.
+
+    An `after` validator only runs once every field is valid, and stops at its first error, so
+    an operator fixes a file in rounds: field errors, then duplicate names, then dangling
+    references. Here `handler` (pydantic's field validation) and `check(data)` both run, on the
+    input as given (a mapping from YAML, or keyword arguments that may hold models already:
+    read it with `field_of`), and every error of both is raised at once. `check` must tolerate
+    values of the wrong type (field validation reports those) and return `(path, message)`
+    pairs, paths relative to the model (`title` names it). `check_built`, for checks that need
+    typed values (comparing two numbers), runs on the built model when the fields are valid.
+    """
+    issues = list(check(data))
+    try:
+        model = handler(data)
+    except ValidationError as error:
+        if not issues:
+            raise
+        extra = [_reference_error(path, message) for path, message in issues]
+        raise ValidationError.from_exception_data(
+            error.title, [*_reraisable(error), *extra]
+        ) from None
+    if check_built is not None:
+        issues += check_built(model)
+    if issues:
+        raise config_errors(title, issues)
+    return model
+
+
+def field_of(item: object, key: str) -> object:
+    """`item[key]` of a raw mapping, or attribute `key` of a model already built; else None."""
+    if isinstance(item, Mapping):
+        return item.get(key)
+    if isinstance(item, BaseModel):
+        return getattr(item, key, None)
+    return None
 
 
 def format_key_path(path: KeyPath) -> str:

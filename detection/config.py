@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from configkit.base import StrictModel
+from configkit.yaml_loader import config_errors
 from detection.runtimes.config import RuntimeConfig
 
 _STRIDE = 32  # YOLO's largest feature stride: input sides must be multiples of it
 
 
 class DetectorConfig(StrictModel):
-    """A detector: model runtime, thresholds, NMS and class names."""
+    """A detector: model runtime, thresholds, NMS, class names and the classes kept.
+
+    Class names and box units may come from the model file's metadata instead (see
+    `detection.model_metadata`): `class_names` empty and `box_units: auto` take the model's.
+    """
 
     runtime: RuntimeConfig = Field(description="Model backend and its file (`type` selects it).")
     confidence_threshold: float = Field(
@@ -37,7 +42,18 @@ class DetectorConfig(StrictModel):
     class_names: list[str] = Field(
         default_factory=list,
         max_length=10_000,
-        description="Name of each class id; empty: ids are named by their number.",
+        description=(
+            "Name of each class id; empty: the model's own (its `class_names` metadata), else "
+            "ids are named by their number. Must name as many classes as the model has."
+        ),
+    )
+    classes: list[str] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description=(
+            "Class names to keep (the others are dropped before NMS); empty: all. Names from "
+            "`class_names`, or from the model's metadata where that is empty."
+        ),
     )
     input_size: tuple[int, int] | None = Field(
         default=None,
@@ -48,7 +64,10 @@ class DetectorConfig(StrictModel):
     )
     box_units: Literal["auto", "pixels", "normalized"] = Field(
         default="auto",
-        description="Units of the model's box output; `auto` tells them apart from the values.",
+        description=(
+            "Units of the model's box output; `auto`: the model's `box_units` metadata, else told "
+            "apart from the values."
+        ),
     )
 
     @field_validator("input_size")
@@ -64,8 +83,32 @@ class DetectorConfig(StrictModel):
                 )
         return value
 
+    @model_validator(mode="after")
+    def _check_classes(self) -> Self:
+        if not self.class_names:
+            return self  # the model's own names: checked when it loads (and by validate-config)
+        known = set(self.class_names)
+        unknown = [(i, name) for i, name in enumerate(self.classes) if name not in known]
+        if unknown:
+            raise config_errors(
+                "DetectorConfig",
+                [
+                    (("classes", i), unknown_class_message(name, self.class_names, "class_names"))
+                    for i, name in unknown
+                ],
+            )
+        return self
+
     def class_name(self, class_id: int) -> str:
-        """The configured name of `class_id`, or its number where none is configured."""
+        """The configured name of `class_id`, or its number where none is configured.
+
+        A `Detector` knows the model's names too: prefer `Detector.class_name`.
+        """
         if 0 <= class_id < len(self.class_names):
             return self.class_names[class_id]
         return str(class_id)
+
+
+def unknown_class_message(name: str, known: list[str] | tuple[str, ...], source: str) -> str:
+    """The error for a class name that `known` (the names from `source`) does not hold."""
+    return f"unknown class {name!r}; the classes of {source} are: {', '.join(known)}"

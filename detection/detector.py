@@ -1,31 +1,39 @@
-"""`Detector`: frames in, `Detections` in source pixels out (letterbox, infer, decode, NMS)."""
+"""`Detector`: frames in, `Detections` in source pixels out (letterbox, infer, decode, NMS).
+
+Class names and box units come from the config where it sets them, else from the model file's
+metadata (`detection.model_metadata`); the `classes:` filter is resolved against those names
+when the detector is built.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
 
 from detection.config import DetectorConfig
-from detection.decode import decode_yolo
+from detection.decode import BoxUnits, decode_yolo
 from detection.detections import Detections
 from detection.errors import DetectionError
+from detection.errors import ModelConfigError as ModelConfigError  # its home before errors.py
 from detection.letterbox import LetterboxInfo, letterbox_batch
+from detection.model_metadata import (
+    model_file_of,
+    resolve_box_units,
+    resolve_class_filter,
+    resolve_class_names,
+)
 from detection.nms import batched_nms, nms
-from detection.runtimes.base import Runtime, create_runtime
+from detection.runtimes.base import Runtime, create_runtime, runtime_metadata
 
 logger = logging.getLogger(__name__)
 
 
 class InvalidImageError(DetectionError, ValueError):
     """A frame handed to the detector is not a BGR `uint8 (H, W, 3)` array."""
-
-
-class ModelConfigError(DetectionError, ValueError):
-    """The detector config does not fit the loaded model (e.g. its input size)."""
 
 
 def _check_images(images: Sequence[npt.NDArray[np.uint8]]) -> None:
@@ -54,18 +62,36 @@ def _resolve_input_shape(runtime: Runtime, config: DetectorConfig) -> tuple[int,
     return model_size
 
 
+def _model_label(runtime: Runtime, config: DetectorConfig) -> str:
+    found = model_file_of(config.runtime)
+    return f"the model {found[1].name}" if found is not None else f"the {runtime.name} model"
+
+
 class Detector:
-    """A YOLO model behind any `Runtime`, with the pre- and post-processing around it."""
+    """A YOLO model behind any `Runtime`, with the pre- and post-processing around it.
+
+    Raises `ModelConfigError` when the config does not fit the model: input size, a
+    `class_names` list of another length than the model's own (metadata `class_names`), a
+    `classes:` filter naming an unknown class, or unreadable metadata.
+    """
 
     def __init__(self, runtime: Runtime, config: DetectorConfig) -> None:
         self._runtime = runtime
         self._config = config
         self._input_shape = _resolve_input_shape(runtime, config)
-        self._num_classes = len(config.class_names) or None
+        self._metadata = runtime_metadata(runtime)
+        model = _model_label(runtime, config)
+        self._class_names = resolve_class_names(config.class_names, self._metadata, model)
+        self._box_units: BoxUnits = resolve_box_units(config.box_units, self._metadata)
+        kept = resolve_class_filter(config.classes, self._class_names, model)
+        self._kept_classes = None if kept is None else np.asarray(kept, dtype=np.int64)
+        self._num_classes = len(self._class_names) or None
         logger.info(
-            "detector on %s, input %s, confidence >= %s, IoU %s",
+            "detector on %s, input %s, %s classes%s, confidence >= %s, IoU %s",
             runtime.name,
             self._input_shape,
+            len(self._class_names) or "unnamed",
+            f" (keeping {', '.join(config.classes)})" if config.classes else "",
             config.confidence_threshold,
             config.iou_threshold,
         )
@@ -90,6 +116,27 @@ class Detector:
         """The config this detector was built from."""
         return self._config
 
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Name of each class id: the config's `class_names`, else the model's; may be empty."""
+        return self._class_names
+
+    def class_name(self, class_id: int) -> str:
+        """The name of `class_id`, or its number where the classes have no names."""
+        if 0 <= class_id < len(self._class_names):
+            return self._class_names[class_id]
+        return str(class_id)
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """The model file's metadata (empty where the runtime reads none)."""
+        return self._metadata
+
+    @property
+    def box_units(self) -> BoxUnits:
+        """Units of the model's boxes: the config's, else the model's metadata, else `auto`."""
+        return self._box_units
+
     def detect(
         self,
         images: Sequence[npt.NDArray[np.uint8]],
@@ -112,7 +159,7 @@ class Detector:
             output,
             self._input_shape,
             self._config.confidence_threshold,
-            self._config.box_units,
+            self._box_units,
             num_classes=self._num_classes,
         )
         return [self._postprocess(c, info) for c, info in zip(candidates, infos, strict=True)]
@@ -123,6 +170,8 @@ class Detector:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _postprocess(self, candidates: Detections, info: LetterboxInfo) -> Detections:
+        if self._kept_classes is not None and len(candidates):
+            candidates = candidates[np.isin(candidates.class_id, self._kept_classes)]
         if len(candidates) == 0:
             return candidates
         top = np.argsort(-candidates.confidence, kind="stable")[: self._config.max_nms_candidates]

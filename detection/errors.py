@@ -19,3 +19,7 @@ class ModelLoadError(DetectionError):
 
 class RuntimeUnavailableError(DetectionError):
     """The runtime named in config is not installed on this machine."""
+
+
+class ModelConfigError(DetectionError, ValueError):
+    """The detector config does not fit the loaded model (input size, class names, metadata)."""

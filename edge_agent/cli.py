@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
+
 from configkit.cli import (
     SubcommandRegistrar,
     add_log_level_argument,
@@ -15,6 +17,8 @@ from configkit.cli import (
     run_cli,
     validate_config_command,
 )
+from configkit.yaml_loader import LocatedMessage
+from detection.config import unknown_class_message
 from detection.errors import DetectionError
 from edge_agent.config import EdgeAgentConfig
 
@@ -22,23 +26,64 @@ if TYPE_CHECKING:
     from configkit.cli import Subparsers
 
 
+def _model_checks(config: BaseModel) -> list[LocatedMessage]:
+    """The model files of the detector exist and fit it; with the model's own class names (no
+    `detector.class_names`), the rules' `classes` must be among them."""
+    from detection.model_metadata import find_detector_configs, inspect_detector_model
+
+    issues: list[LocatedMessage] = []
+    for path, detector in find_detector_configs(config):
+        inspection = inspect_detector_model(detector)
+        issues += [((*path, *where), message) for where, message in inspection.issues]
+        names = inspection.class_names
+        if not isinstance(config, EdgeAgentConfig) or detector.class_names or not names:
+            continue
+        for camera_index, camera in enumerate(config.cameras):
+            for rule_index, rule in enumerate(camera.rules):
+                for class_index, class_name in enumerate(rule.classes):
+                    if class_name not in names:
+                        where = ("cameras", camera_index, "rules", rule_index, "classes")
+                        issues.append(
+                            (
+                                (*where, class_index),
+                                unknown_class_message(
+                                    class_name, names, f"the detector's model (rule {rule.name!r})"
+                                ),
+                            )
+                        )
+    return issues
+
+
 def _validate_config(args: argparse.Namespace) -> int:
     return validate_config_command(
-        args.file, EdgeAgentConfig, EdgeAgentConfig.summary, check_secrets=args.check_secrets
+        args.files,
+        EdgeAgentConfig,
+        EdgeAgentConfig.summary,
+        check_secrets=args.check_secrets,
+        checks=None if args.skip_model_check else _model_checks,
     )
 
 
 def _add_validate_config(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "validate-config",
-        help="check a config file and report each error with its line",
-        description="Exit 0 when FILE is valid, 1 when it is not, 2 when it cannot be read.",
+        help="check config files and report every error with its line",
+        description=(
+            "Exit 0 when every FILE is valid, 1 when one is not, 2 when one cannot be read. "
+            "Model files named in a config must exist and load (relative paths from the "
+            "working directory, as the agent reads them)."
+        ),
     )
-    parser.add_argument("file", metavar="FILE", help="edge agent YAML config")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="edge agent YAML config")
     parser.add_argument(
         "--check-secrets",
         action="store_true",
         help="also require every secret named in the file to resolve now (env / credentials)",
+    )
+    parser.add_argument(
+        "--skip-model-check",
+        action="store_true",
+        help="do not open the model files (validating a config away from the box that runs it)",
     )
     parser.set_defaults(handler=_validate_config)
 
@@ -56,6 +101,7 @@ def _detect(args: argparse.Namespace) -> int:
             confidence_threshold=args.confidence,
             iou_threshold=args.iou,
             class_names=args.class_names.split(",") if args.class_names else [],
+            classes=args.classes.split(",") if args.classes else [],
             input_size=(args.imgsz, args.imgsz) if args.imgsz else None,
         )
         summary = run_detect(
@@ -79,7 +125,14 @@ def _add_detect(subparsers: Subparsers) -> None:
     parser.add_argument("--imgsz", type=int, default=None, help="input size for dynamic models")
     parser.add_argument("--confidence", type=float, default=0.25, help="lowest score kept")
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold")
-    parser.add_argument("--class-names", default="", help="comma-separated names by class id")
+    parser.add_argument(
+        "--class-names",
+        default="",
+        help="comma-separated names by class id (default: the model's own, from its metadata)",
+    )
+    parser.add_argument(
+        "--classes", default="", help="comma-separated class names to keep (default: all)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="runtime CPU threads")
     parser.add_argument("--max-frames", type=int, default=None, help="stop after N frames")
     parser.add_argument("--format", choices=["text", "jsonl"], default="text")

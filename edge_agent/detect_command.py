@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
@@ -91,12 +91,17 @@ class DetectRunSummary:
 
 
 def format_frame(
-    index: int, dets: Detections, class_names: list[str], fmt: OutputFormat, latency_ms: float
+    index: int,
+    dets: Detections,
+    class_names: Sequence[str],
+    fmt: OutputFormat,
+    latency_ms: float,
 ) -> str:
-    """One output line for a frame's detections."""
+    """One output line for a frame's detections, classes by name (`class_names`, by id; a class
+    without a name shows its number)."""
 
     def name(class_id: int) -> str:
-        return class_names[class_id] if class_id < len(class_names) else str(class_id)
+        return class_names[class_id] if 0 <= class_id < len(class_names) else str(class_id)
 
     boxes = [
         {"class": name(cls), "score": round(conf, 3), "xyxy": [round(float(v), 1) for v in box]}
@@ -120,7 +125,8 @@ def run_detect(
 ) -> DetectRunSummary:
     """Detect on every frame of `source`, writing one line per frame to `out`.
 
-    `on_frame(index, detections)` sees every frame's result (e.g. to score it).
+    Classes are printed by the detector's names: `config.class_names`, else the model's own
+    (its metadata). `on_frame(index, detections)` sees every frame's result (e.g. to score it).
     """
     summary = DetectRunSummary()
     started = time.perf_counter()
@@ -132,7 +138,7 @@ def run_detect(
             summary.frames += 1
             summary.detections += len(dets)
             summary.latencies_ms.append(latency_ms)
-            print(format_frame(index, dets, config.class_names, fmt, latency_ms), file=out)
+            print(format_frame(index, dets, detector.class_names, fmt, latency_ms), file=out)
             if on_frame is not None:
                 on_frame(index, dets)
     summary.wall_s = time.perf_counter() - started

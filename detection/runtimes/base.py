@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -34,6 +35,10 @@ class Runtime(Protocol):
 
     `infer` takes float32 RGB images in 0..1, shaped `(B, 3, H, W)`, whatever the model's own
     layout or quantisation: the runtime converts (NHWC, int8) and returns float32 output.
+
+    The built-in runtimes also expose `metadata: Mapping[str, str]`, the key/value metadata stored
+    in the model file (`HasModelMetadata`); it is not a required member, so runtimes written
+    before it still fit: read it with `runtime_metadata(runtime)`.
     """
 
     name: str
@@ -44,6 +49,56 @@ class Runtime(Protocol):
     def infer(self, images: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class HasModelMetadata(Protocol):
+    """A runtime that exposes the metadata stored in its model file.
+
+    Keys the detection core reads (see `detection.model_metadata`): `class_names` (a JSON list of
+    names by class id), `model_name`, `model_version` and `box_units` (`pixels` / `normalized`).
+    """
+
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+
+EMPTY_METADATA: Mapping[str, str] = MappingProxyType({})
+
+
+def runtime_metadata(runtime: object) -> Mapping[str, str]:
+    """The model metadata of `runtime`: its `metadata` mapping, or an empty one where it has none.
+
+    Non-string keys or values (a runtime that does not keep to the protocol) are left out.
+    """
+    metadata = getattr(runtime, "metadata", None)
+    if not isinstance(metadata, Mapping):
+        return EMPTY_METADATA
+    return MappingProxyType(
+        {k: v for k, v in metadata.items() if isinstance(k, str) and isinstance(v, str)}
+    )
+
+
+def read_model_metadata(config: Any) -> Mapping[str, str]:
+    """The metadata of the model file named by `config`, read without building the runtime.
+
+    Cheap enough for `validate-config`: ONNX Runtime opens a CPU-only session without graph
+    optimisation, LiteRT parses the flatbuffer's metadata table, TensorRT has none (empty).
+    Raises `ModelLoadError` when the file is missing or unreadable and `RuntimeUnavailableError`
+    when the runtime's package is not installed.
+    """
+    type_name: str = config.type
+    module_name = _BUILTIN_MODULES.get(type_name)
+    if module_name is None:
+        return EMPTY_METADATA
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RuntimeUnavailableError(
+            f"runtime {type_name!r} is not available here ({exc}); cannot read its model metadata"
+        ) from exc
+    reader: Callable[[Any], Mapping[str, str]] | None = getattr(module, "read_metadata", None)
+    return EMPTY_METADATA if reader is None else MappingProxyType(dict(reader(config)))
 
 
 RuntimeFactory = Callable[[Any], Runtime]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -45,6 +49,50 @@ def _quant_params(detail: dict[str, Any], path: object) -> tuple[float, int]:
     return float(scale), int(zero_point)
 
 
+def flatbuffer_metadata(data: bytes) -> dict[str, str]:
+    """The text entries of a `.tflite` flatbuffer's `metadata` table (name -> UTF-8 value).
+
+    Binary entries (e.g. `CONVERSION_METADATA`) are skipped, trailing NULs stripped. Empty where
+    the schema module is not installed (legacy `tflite-runtime`) or the table cannot be parsed.
+    """
+    try:
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError:
+        return {}
+    entries: dict[str, str] = {}
+    try:
+        model = schema.Model.GetRootAs(data, 0)
+        for i in range(model.MetadataLength()):
+            entry = model.Metadata(i)
+            buffer = model.Buffers(entry.Buffer())
+            offset, size = int(buffer.Offset()), int(buffer.Size())
+            if offset > 1:  # large models keep buffers after the flatbuffer
+                raw = data[offset : offset + size]
+            else:
+                array = buffer.DataAsNumpy()
+                raw = array.tobytes() if isinstance(array, np.ndarray) else b""
+            try:
+                entries[entry.Name().decode("utf-8")] = raw.rstrip(b"\0").decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+    except (IndexError, ValueError, TypeError, AttributeError, struct.error) as exc:  # malformed
+        logger.debug("cannot read the TFLite metadata table: %s", exc)
+        return {}
+    return entries
+
+
+def read_metadata(config: LiteRTConfig) -> Mapping[str, str]:
+    """The text metadata of the `.tflite` file (`flatbuffer_metadata`), without an interpreter."""
+    path: Path = config.model_path
+    if not path.is_file():
+        raise ModelLoadError(f"TFLite model file not found: {path}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read TFLite model {path}: {exc}") from exc
+    return MappingProxyType(flatbuffer_metadata(data))
+
+
 def _load_delegates(config: LiteRTConfig) -> list[Any]:
     if config.delegate_path is None:
         return []
@@ -75,6 +123,7 @@ class LiteRTRuntime:
         self._config = config
         self._delegates = _load_delegates(config)
         self._interpreter: Any = self._build()
+        self._metadata = read_metadata(config)
         detail = self._interpreter.get_input_details()[0]
         out_detail = self._interpreter.get_output_details()[0]
         shape = tuple(int(d) for d in detail["shape"])
@@ -121,6 +170,11 @@ class LiteRTRuntime:
     def input_spec(self) -> InputSpec:
         """Fixed input size and layout; any batch size (resized or looped)."""
         return self._spec
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """Text entries of the model's flatbuffer metadata table (often only runtime versions)."""
+        return self._metadata
 
     def infer(self, images: FloatArray) -> FloatArray:
         """Run `images (B,3,H,W)` float32 RGB 0..1; returns the first output as float32."""

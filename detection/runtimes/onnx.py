@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,27 @@ def _select_providers(wanted: list[str]) -> list[str]:
     return chosen
 
 
+def _custom_metadata(session: Any) -> dict[str, str]:
+    """The model's `metadata_props` (ONNX key/value strings)."""
+    return {str(k): str(v) for k, v in session.get_modelmeta().custom_metadata_map.items()}
+
+
+def read_metadata(config: OnnxRuntimeConfig) -> Mapping[str, str]:
+    """The `metadata_props` of the model file, from a CPU-only session without graph optimisation
+    (no GPU provider starts, no TensorRT engine is built: cheap enough for `validate-config`)."""
+    path = config.model_path
+    if not path.is_file():
+        raise ModelLoadError(f"ONNX model file not found: {path}")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own pybind types (InvalidProtobuf, Fail, ...)
+        raise ModelLoadError(f"cannot load ONNX model {path}: {exc}") from exc
+    return MappingProxyType(_custom_metadata(session))
+
+
 @register_runtime("onnxruntime")
 class OnnxRuntime:
     """A YOLO model run by ONNX Runtime; float32 or float16 models, fixed or dynamic batch."""
@@ -58,6 +81,7 @@ class OnnxRuntime:
         except Exception as exc:  # ORT raises its own pybind types (InvalidProtobuf, Fail, ...)
             raise ModelLoadError(f"cannot load ONNX model {path}: {exc}") from exc
         self._session: Any = session
+        self._metadata = MappingProxyType(_custom_metadata(session))
         model_input = session.get_inputs()[0]
         shape = tuple(_static(d) or -1 for d in model_input.shape)
         layout = layout_of(shape)
@@ -94,6 +118,11 @@ class OnnxRuntime:
     def input_spec(self) -> InputSpec:
         """The model's input size (None where dynamic), batch limit and layout."""
         return self._spec
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """The model's `metadata_props` (e.g. `class_names`, `model_name`, `box_units`)."""
+        return self._metadata
 
     def infer(self, images: FloatArray) -> FloatArray:
         """Run `images (B,3,H,W)` float32 RGB 0..1; returns the model's first output as float32."""

@@ -7,13 +7,14 @@ The module imports without TensorRT; the constructor imports it and raises
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from detection.errors import ModelLoadError, RuntimeUnavailableError
 from detection.runtimes._io import FloatArray, check_images, chunks, layout_of, to_layout
-from detection.runtimes.base import InputSpec, register_runtime
+from detection.runtimes.base import EMPTY_METADATA, InputSpec, register_runtime
 from detection.runtimes.config import TensorRTConfig
 
 logger = logging.getLogger(__name__)
@@ -184,6 +185,12 @@ class TensorRTRuntime:
     def input_spec(self) -> InputSpec:
         """Input size (None where dynamic), largest batch per run and layout."""
         return self._spec
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """Always empty: a serialized engine keeps no metadata of the model it was built from, so
+        class names come from config (`class_names`)."""
+        return EMPTY_METADATA
 
     def infer(self, images: FloatArray) -> FloatArray:
         """Run `images (B,3,H,W)` float32 RGB 0..1 in batches the engine accepts; float32 out."""

@@ -6,10 +6,10 @@ Schema `edge-alert/v1` (one JSON object, UTF-8, keys in this order):
 {"schema": "edge-alert/v1",
  "event_id": "5b0c0e4e-3f0a-5d6e-9a53-1f6c4c0f2d8e",
  "phase": "start", "rule": "door-enter", "kind": "zone_enter",
- "camera": "cam-1", "agent": "edge-01", "track_id": 7, "class": 0,
+ "camera": "cam-1", "agent": "edge-01", "track_id": 7, "class": 0, "label": "person",
  "timestamp": "2026-11-30T06:55:50.123Z",
- "box": [10.0, 20.0, 110.0, 220.0], "direction": null, "zone": "door", "line": null,
- "count": null}
+ "box": [10.0, 20.4, 110.3, 220.0], "frame_size": [1920, 1080],
+ "direction": null, "zone": "door", "line": null, "count": null}
 ```
 
 * `event_id` is stable for one occurrence of a rule on one track (or one zone, for occupancy): the
@@ -20,7 +20,14 @@ Schema `edge-alert/v1` (one JSON object, UTF-8, keys in this order):
   `timestamp`) after a cloud answer corrected the object's class to one the rule ignores (`class`
   is then the corrected class), or found no object where the track was (`class` unchanged).
 * `track_id` and `class` are `null` for events about a zone rather than one object (occupancy).
-* `box` is `[x1, y1, x2, y2]` in pixels, or `null`.
+* `label` is the name of `class` from the detector's class names (the config's, else the model's
+  own), `null` where `class` is `null` or the classes have no names. It follows `class`: a
+  `retract` after a class correction carries the corrected class's name.
+* `box` is `[x1, y1, x2, y2]` in pixels of the frame, rounded to 0.1 px, or `null`;
+  `frame_size` is that frame's `[width, height]` in pixels (also for occupancy, whose `box` is
+  `null`), or `null` where unknown.
+* `label` and `frame_size` were added within v1: consumers of v1 ignore keys they do not know,
+  and no earlier key changed meaning.
 
 Topics (`prefix` from `mqtt.topic_prefix`):
 
@@ -61,6 +68,7 @@ AVAILABILITY_OFFLINE: Final = b"offline"
 
 _EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1d2a9e-6c1b-4f57-9a8e-3d0b7c5e2a41")
 _LASTING_KINDS: Final = frozenset({"loiter", "zone_occupancy"})
+_BOX_DECIMALS: Final = 1  # 0.1 px: finer is float32 noise, not information
 
 
 def event_topic(prefix: str, agent: str, camera: str, rule: str) -> str:
@@ -134,6 +142,7 @@ class EventIds:
 def event_payload(event: RuleEvent, agent: str, event_id: str) -> dict[str, object]:
     """The `edge-alert/v1` JSON object of `event` (see the module docstring)."""
     no_track = event.track_id == NO_TRACK
+    no_class = no_track or event.class_id == NO_TRACK
     return {
         "schema": SCHEMA,
         "event_id": event_id,
@@ -143,9 +152,11 @@ def event_payload(event: RuleEvent, agent: str, event_id: str) -> dict[str, obje
         "camera": event.camera,
         "agent": agent,
         "track_id": None if no_track else event.track_id,
-        "class": None if no_track or event.class_id == NO_TRACK else event.class_id,
+        "class": None if no_class else event.class_id,
+        "label": None if no_class else event.label,
         "timestamp": iso_utc(event.timestamp_s),
-        "box": None if event.box is None else [float(v) for v in event.box],
+        "box": None if event.box is None else [round(float(v), _BOX_DECIMALS) for v in event.box],
+        "frame_size": None if event.frame_size is None else [int(v) for v in event.frame_size],
         "direction": event.direction,
         "zone": event.zone,
         "line": event.line,

@@ -164,8 +164,12 @@ def _event_line(agent: str, event: Mapping[str, Any], class_names: Sequence[str]
     details = []
     class_id = event.get("class")
     if class_id is not None:
+        # the payload's own `label` first (the agent's detector names it), else `class_names`
+        label = event.get("label")
         known = isinstance(class_id, int) and 0 <= class_id < len(class_names)
-        details.append(f"class={class_names[class_id] if known else class_id}")
+        if not isinstance(label, str):
+            label = class_names[class_id] if known else class_id
+        details.append(f"class={label}")
     if event.get("track_id") is not None:
         details.append(f"track={event['track_id']}")
     details += [f"{key}={event[key]}" for key in _EVENT_DETAILS if event.get(key) is not None]

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal, Self
+from typing import Any, Literal, Self, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, field_validator, model_validator
 
 from configkit.base import StrictModel
 from configkit.secrets import SecretRef
-from configkit.yaml_loader import config_error_at
+from configkit.yaml_loader import LocatedMessage, config_error_at, field_of, validate_with_checks
 from edge_agent.config.agent import NAME_PATTERN
 from edge_agent.config.geometry import LineConfig, ZoneConfig
 from edge_agent.config.motion import MotionConfig
-from edge_agent.config.rules import LineCrossRule, RuleConfig
+from edge_agent.config.rules import RuleConfig
 
 _STREAM_SCHEMES = ("rtsp", "rtsps")
+# the `kind` of every rule model in the `RuleConfig` union (Annotated[A | B | ..., Field])
+_RULE_KINDS: frozenset[object] = frozenset(
+    rule.model_fields["kind"].default for rule in get_args(get_args(RuleConfig)[0])
+)
 
 
 class CaptureConfig(StrictModel):
@@ -59,16 +62,6 @@ class CaptureConfig(StrictModel):
                 f"reconnect_max_backoff_ms ({self.reconnect_max_backoff_ms})",
             )
         return self
-
-
-def first_duplicate(names: Iterable[str]) -> tuple[int, str] | None:
-    """Index and value of the first name that repeats an earlier one, if any."""
-    seen: set[str] = set()
-    for index, name in enumerate(names):
-        if name in seen:
-            return index, name
-        seen.add(name)
-    return None
 
 
 class CameraConfig(StrictModel):
@@ -125,33 +118,56 @@ class CameraConfig(StrictModel):
             raise ValueError("put the password in `password` (a secret reference), not in the URL")
         return url
 
-    @model_validator(mode="after")
-    def _check_references(self) -> Self:
-        for field, names in (
-            ("zones", [zone.name for zone in self.zones]),
-            ("lines", [line.name for line in self.lines]),
-            ("rules", [rule.name for rule in self.rules]),
-        ):
-            duplicate = first_duplicate(names)
-            if duplicate is not None:
-                index, name = duplicate
-                raise config_error_at(
-                    (field, index, "name"), f"duplicate name {name!r} on camera {self.name!r}"
+    @model_validator(mode="wrap")
+    @classmethod
+    def _check_references(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # run on the raw input too, so these are reported along with any field error
+        return validate_with_checks(data, handler, cls.__name__, camera_reference_issues)
+
+
+def _names(items: object) -> list[object]:
+    return [field_of(item, "name") for item in items] if isinstance(items, list | tuple) else []
+
+
+def camera_reference_issues(camera: object) -> list[LocatedMessage]:
+    """Every duplicate zone / line / rule name, every rule naming an undefined zone or line, and
+    a password without a user name, on one camera's raw config (values of the wrong type are
+    skipped: field validation reports them)."""
+    issues: list[LocatedMessage] = []
+    camera_name = field_of(camera, "name")
+    for field in ("zones", "lines", "rules"):
+        seen: set[str] = set()
+        for index, name in enumerate(_names(field_of(camera, field))):
+            if not isinstance(name, str):
+                continue
+            if name in seen:
+                issues.append(
+                    ((field, index, "name"), f"duplicate name {name!r} on camera {camera_name!r}")
                 )
-        zones = {zone.name for zone in self.zones}
-        lines = {line.name for line in self.lines}
-        for index, rule in enumerate(self.rules):
-            if isinstance(rule, LineCrossRule):
-                field, ref, known, what = "line", rule.line, lines, "line"
-            else:
-                field, ref, known, what = "zone", rule.zone, zones, "zone"
-            if ref not in known:
-                defined = ", ".join(sorted(known)) or "none"
-                raise config_error_at(
-                    ("rules", index, field),
-                    f"rule {rule.name!r} refers to {what} {ref!r}, which is not defined on "
-                    f"camera {self.name!r} ({what}s defined: {defined})",
+            seen.add(name)
+    defined = {
+        what: {name for name in _names(field_of(camera, f"{what}s")) if isinstance(name, str)}
+        for what in ("zone", "line")
+    }
+    rules = field_of(camera, "rules")
+    for index, rule in enumerate(rules if isinstance(rules, list | tuple) else []):
+        kind = field_of(rule, "kind")
+        if kind not in _RULE_KINDS:
+            continue  # an unknown kind is a field error
+        what = "line" if kind == "line_cross" else "zone"
+        ref = field_of(rule, what)
+        places = field_of(camera, f"{what}s")
+        if not isinstance(ref, str) or not isinstance(places, list | tuple | None):
+            continue
+        if ref not in defined[what]:
+            names = ", ".join(sorted(defined[what])) or "none"
+            issues.append(
+                (
+                    ("rules", index, what),
+                    f"rule {field_of(rule, 'name')!r} refers to {what} {ref!r}, which is not "
+                    f"defined on camera {camera_name!r} ({what}s defined: {names})",
                 )
-        if self.password is not None and self.username is None:
-            raise config_error_at(("password",), "a password needs a `username`")
-        return self
+            )
+    if field_of(camera, "password") is not None and field_of(camera, "username") is None:
+        issues.append((("password",), "a password needs a `username`"))
+    return issues

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, model_validator
 
 from configkit.base import StrictModel
 from configkit.common import MetricsConfig
-from configkit.yaml_loader import config_error_at
+from configkit.yaml_loader import LocatedMessage, field_of, validate_with_checks
 from detection.config import DetectorConfig
 from edge_agent.config.agent import AgentConfig
-from edge_agent.config.camera import CameraConfig, first_duplicate
+from edge_agent.config.camera import CameraConfig
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.config.tracker import TrackerConfig
@@ -37,38 +37,13 @@ class EdgeAgentConfig(StrictModel):
         description="Prometheus metrics endpoint.",
     )
 
-    @model_validator(mode="after")
-    def _check_across_sections(self) -> Self:
-        duplicate = first_duplicate(camera.name for camera in self.cameras)
-        if duplicate is not None:
-            index, name = duplicate
-            raise config_error_at(("cameras", index, "name"), f"duplicate camera name {name!r}")
-        known = set(self.detector.class_names)
-        if known:
-            for camera_index, camera in enumerate(self.cameras):
-                for rule_index, rule in enumerate(camera.rules):
-                    for class_index, class_name in enumerate(rule.classes):
-                        if class_name not in known:
-                            raise config_error_at(
-                                (
-                                    "cameras",
-                                    camera_index,
-                                    "rules",
-                                    rule_index,
-                                    "classes",
-                                    class_index,
-                                ),
-                                f"rule {rule.name!r} names class {class_name!r}, which is not in "
-                                "detector.class_names",
-                            )
-        low = self.tracker.low_score_threshold
-        if low is not None and low >= self.detector.confidence_threshold:
-            raise config_error_at(
-                ("tracker", "low_score_threshold"),
-                f"tracker.low_score_threshold ({low}) must be below "
-                f"detector.confidence_threshold ({self.detector.confidence_threshold})",
-            )
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _check_across_sections(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # name checks run on the raw input too, so they are reported along with field errors
+        return validate_with_checks(
+            data, handler, cls.__name__, _section_name_issues, _threshold_issues
+        )
 
     @property
     def mqtt_client_id(self) -> str:
@@ -86,3 +61,51 @@ class EdgeAgentConfig(StrictModel):
             f"{rules} rule{'s' * (rules != 1)}, "
             f"detector {self.detector.runtime.type}, escalation {escalation}"
         )
+
+
+def _list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _section_name_issues(data: object) -> list[LocatedMessage]:
+    """Duplicate camera names, and rule classes missing from `detector.class_names` (when it is
+    set: otherwise the model's own names apply, which `validate-config` checks), on raw input."""
+    issues: list[LocatedMessage] = []
+    cameras = _list(field_of(data, "cameras"))
+    seen: set[str] = set()
+    for index, camera in enumerate(cameras):
+        name = field_of(camera, "name")
+        if isinstance(name, str):
+            if name in seen:
+                issues.append((("cameras", index, "name"), f"duplicate camera name {name!r}"))
+            seen.add(name)
+    known = {
+        n for n in _list(field_of(field_of(data, "detector"), "class_names")) if isinstance(n, str)
+    }
+    if not known:
+        return issues
+    for camera_index, camera in enumerate(cameras):
+        for rule_index, rule in enumerate(_list(field_of(camera, "rules"))):
+            for class_index, class_name in enumerate(_list(field_of(rule, "classes"))):
+                if isinstance(class_name, str) and class_name not in known:
+                    issues.append(
+                        (
+                            ("cameras", camera_index, "rules", rule_index, "classes", class_index),
+                            f"rule {field_of(rule, 'name')!r} names class {class_name!r}, which "
+                            "is not in detector.class_names",
+                        )
+                    )
+    return issues
+
+
+def _threshold_issues(config: EdgeAgentConfig) -> list[LocatedMessage]:
+    low = config.tracker.low_score_threshold
+    if low is not None and low >= config.detector.confidence_threshold:
+        return [
+            (
+                ("tracker", "low_score_threshold"),
+                f"tracker.low_score_threshold ({low}) must be below "
+                f"detector.confidence_threshold ({config.detector.confidence_threshold})",
+            )
+        ]
+    return []

@@ -18,7 +18,10 @@ class RuleBase(StrictModel):
     )
     classes: list[str] = Field(
         default_factory=list,
-        description="Class names the rule applies to (from `detector.class_names`); empty: all.",
+        description=(
+            "Class names the rule applies to (from `detector.class_names`, else the model's own "
+            "names); empty: all."
+        ),
     )
     min_confidence: float = Field(
         default=0.5, ge=0.0, le=1.0, description="Ignore tracks whose confidence is lower."

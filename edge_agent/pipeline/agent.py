@@ -242,7 +242,7 @@ class EdgeAgent:
         worker = self._worker(result.camera_id)
         if worker is None or not result.ok or result.result is None:
             return
-        cloud = detections_from_result(result.result, self.config.detector.class_names)
+        cloud = detections_from_result(result.result, self.detector.class_names)
         fused = worker.fuse(result.frame_id, cloud, self._fusion_settings_for(worker))
         if fused is not None and fused.dropped_late:
             logger.debug("camera %s: answer for frame %d too late", worker.name, result.frame_id)
@@ -275,7 +275,18 @@ class EdgeAgent:
         )
         detector_threshold = self.config.detector.confidence_threshold
         tracker = CameraTracker.from_config(self.config.tracker, detector_threshold, self._embedder)
-        self.workers.append(CameraWorker(camera, source, tracker, self.config.detector.class_names))
+        # the detector's names: the config's, else the model's own (its metadata)
+        names = self.detector.class_names
+        for rule in camera.rules:
+            unknown = [c for c in rule.classes if c not in names]
+            if names and unknown:  # validate-config reports it; here it only never matches
+                logger.warning(
+                    "camera %s: rule %s names classes %s that the detector does not have",
+                    camera.name,
+                    rule.name,
+                    unknown,
+                )
+        self.workers.append(CameraWorker(camera, source, tracker, names))
 
     def _on_state_change(
         self, camera: str, _old: CaptureState, new: CaptureState, reason: str

@@ -64,8 +64,10 @@ class RuleEvent:
     `phase` is `start` for instantaneous events (enter, exit, cross) and for the start of a
     lasting one (loiter, occupancy), which later sends `end` (occupancy also `update`). `box` is
     the object's `(x1, y1, x2, y2)` in pixels (its last box for `end` events; `None` for
-    occupancy). `zone` or `line` names the place; `direction` is set for crossings and `count`
-    (objects inside) for occupancy.
+    occupancy) of a frame `frame_size` `(width, height)` pixels large. `label` is the name of
+    `class_id` (from the detector's class names; `None` where it has none, or for occupancy).
+    `zone` or `line` names the place; `direction` is set for crossings and `count` (objects
+    inside) for occupancy.
     """
 
     rule: str
@@ -80,6 +82,8 @@ class RuleEvent:
     zone: str | None = None
     line: str | None = None
     count: int | None = None
+    label: str | None = None
+    frame_size: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ class RuleEngine:
         if track_timeout_s < 0:
             raise ValueError(f"track_timeout_s must be >= 0, got {track_timeout_s}")
         self.camera = camera.name
+        self.frame_size = (width, height)
         self.class_names = tuple(class_names)
         self.track_timeout_s = track_timeout_s
         self.retract_window_s = retract_window_s
@@ -182,6 +187,10 @@ class RuleEngine:
             return self.class_names[class_id] in rule.classes
         return False
 
+    def _label(self, class_id: int) -> str | None:
+        """The name of `class_id`, None where the class names do not cover it."""
+        return self.class_names[class_id] if 0 <= class_id < len(self.class_names) else None
+
     def _cooled(self, rule: RuleBase, key: int, timestamp_s: float) -> bool:
         """Whether `rule` may fire for `key` now; records the firing if so."""
         last = self._last_fired.get((rule.name, key))
@@ -216,6 +225,8 @@ class RuleEngine:
             zone=zone,
             line=line,
             count=count,
+            label=self._label(track.class_id) if track else None,
+            frame_size=self.frame_size,
         )
 
     def update(self, detections: Detections, timestamp_s: float) -> list[RuleEvent]:
@@ -360,7 +371,9 @@ class RuleEngine:
                         )
                     )
             else:
-                events.append(replace(raised, phase="retract", class_id=class_id))
+                events.append(
+                    replace(raised, phase="retract", class_id=class_id, label=self._label(class_id))
+                )
         track.raised = kept
         return events
 

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import pytest
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
 from configkit import ConfigError, SecretError, SecretRef, StrictModel, load_config, parse_config
+from configkit.cli import validate_config_command
 from configkit.secrets import find_secret_refs
-from configkit.yaml_loader import config_error_at, format_key_path, parse_yaml
+from configkit.yaml_loader import (
+    KeyPath,
+    LocatedMessage,
+    config_error_at,
+    config_errors,
+    field_of,
+    format_key_path,
+    parse_yaml,
+    validate_with_checks,
+)
 
 
 class Item(StrictModel):
@@ -219,3 +229,148 @@ def test_secret_ref_rejects(data: dict[str, str]) -> None:
 def test_find_secret_refs() -> None:
     config = parse_config("name: a\ntoken: {env: T}\n", Root)
     assert list(find_secret_refs(config)) == [(("token",), SecretRef(env="T"))]
+
+
+# --- every error in one pass: cross-field checks on raw input, several errors per validator ---
+
+
+def _duplicate_names(data: object) -> list[LocatedMessage]:
+    items = field_of(data, "items")
+    seen: set[object] = set()
+    issues: list[LocatedMessage] = []
+    for index, item in enumerate(items if isinstance(items, list | tuple) else []):
+        name = field_of(item, "name")
+        if name in seen:
+            issues.append((("items", index, "name"), f"duplicate name {name!r}"))
+        seen.add(name)
+    return issues
+
+
+def _level_below_items(section: Checked) -> list[LocatedMessage]:
+    if section.level < len(section.items):
+        return [(("level",), f"level {section.level} is below the {len(section.items)} items")]
+    return []
+
+
+class Checked(StrictModel):
+    """A section whose name checks run even when a field is invalid."""
+
+    level: int = Field(default=5, ge=0, le=5, description="Level.")
+    items: list[Item] = Field(default_factory=list, description="Items.")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _check(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        return validate_with_checks(
+            data, handler, cls.__name__, _duplicate_names, _level_below_items
+        )
+
+
+class CheckedRoot(StrictModel):
+    """A document holding a checked section."""
+
+    section: Checked = Field(description="Section.")
+    other: Inner = Field(default_factory=Inner, description="Another section.")
+
+
+ALL_IN_ONE = """\
+section:
+  level: 9
+  items:
+    - name: a
+      size: 20
+    - name: b
+    - name: a
+other:
+  level: 1
+  items:
+    - {name: x, size: 9}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            ALL_IN_ONE,
+            [
+                "t.yaml:2: section.level: Input should be less than or equal to 5 (got 9)",
+                "t.yaml:5: section.items[0].size: Input should be less than or equal to 10 "
+                "(got 20)",
+                "t.yaml:7: section.items[2].name: duplicate name 'a'",
+                "t.yaml:11: other.items[0].size: item 'x' too big",
+            ],
+            id="field-errors-with-duplicates-and-another-section",
+        ),
+        pytest.param(
+            "section:\n  level: 1\n  items: [{name: a}, {name: a}]\n",
+            [
+                "t.yaml:2: section.level: level 1 is below the 2 items",
+                "t.yaml:3: section.items[1].name: duplicate name 'a'",
+            ],
+            id="typed-check-with-raw-check",
+        ),
+        pytest.param(
+            "section:\n  items: 7\n",
+            ["t.yaml:2: section.items: Input should be a valid list (got 7)"],
+            id="raw-check-tolerates-wrong-types",
+        ),
+    ],
+)
+def test_checks_report_with_field_errors_in_one_pass(text: str, expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, CheckedRoot, "t.yaml")
+    assert str(raised.value).splitlines() == expected
+
+
+def test_checks_see_models_already_built() -> None:
+    items = [Item(name="a"), Item(name="a")]
+    with pytest.raises(ValidationError, match="duplicate name 'a'"):
+        Checked(items=items)
+    assert Checked(items=[Item(name="a"), Item(name="b")]).level == 5
+
+
+def test_config_errors_raise_several_errors_from_one_validator() -> None:
+    error = config_errors("M", [(("a", 0), "first"), (("b",), "second")])
+    assert [(e["loc"], e["msg"]) for e in error.errors()] == [
+        (("a", 0), "first"),
+        (("b",), "second"),
+    ]
+
+
+# --- the shared validate-config command --------------------------------------------------------
+
+
+def _files_exist(config: BaseModel) -> list[LocatedMessage]:
+    """A stand-in for the model-file check: every `Item` named `missing-*` is missing."""
+    items = getattr(config, "items", None) or getattr(getattr(config, "other", None), "items", [])
+    prefix: KeyPath = ("items",) if hasattr(config, "items") else ("other", "items")
+    return [
+        ((*prefix, i, "name"), f"file {item.name} not found")
+        for i, item in enumerate(items)
+        if item.name.startswith("missing-")
+    ]
+
+
+def test_validate_config_command_several_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("section: {}\nother:\n  items: [{name: here}]\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("section: {level: 9}\nother:\n  items: [{name: missing-x}]\n")
+    absent = tmp_path / "absent.yaml"
+
+    assert validate_config_command([good, bad], CheckedRoot, checks=_files_exist) == 1
+    out, err = capsys.readouterr()
+    assert out == f"{good}: OK\n"
+    # the section with the field error does not keep the other section from being checked
+    assert err.splitlines() == [
+        f"{bad}:1: section.level: Input should be less than or equal to 5 (got 9)",
+        f"{bad}:3: other.items[0].name: file missing-x not found",
+    ]
+    assert validate_config_command([good, good], CheckedRoot) == 0
+    assert capsys.readouterr().out == f"{good}: OK\n{good}: OK\n"
+    assert validate_config_command([absent, bad, good], CheckedRoot) == 2  # the worst outcome
+    out, err = capsys.readouterr()
+    assert out == f"{good}: OK\n" and "cannot read" in err and f"{bad}:1:" in err

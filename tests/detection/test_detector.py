@@ -236,6 +236,131 @@ def test_no_images_no_results_and_context_manager_closes() -> None:
     assert runtime.closed
 
 
+# --- class names, box units and the classes filter from the model's metadata -----------------
+
+
+class MetadataRuntime(ScriptedRuntime):
+    """A scripted runtime whose model carries metadata (as ONNX `metadata_props` do)."""
+
+    def __init__(self, rows: list[list[float]], metadata: dict[str, str]) -> None:
+        super().__init__(rows)
+        self.metadata = metadata
+
+
+ABC_JSON = '["a", "b", "c"]'
+
+
+@pytest.mark.parametrize(
+    ("configured", "metadata", "expected"),
+    [
+        (["x", "y", "z"], {}, ("x", "y", "z")),
+        ([], {"class_names": ABC_JSON}, ("a", "b", "c")),
+        (["x", "y", "z"], {"class_names": ABC_JSON}, ("x", "y", "z")),  # the config wins
+        ([], {"names": "{0: 'p', 1: 'q', 2: 'r'}"}, ("p", "q", "r")),  # an ultralytics export
+        ([], {"class_names": ABC_JSON, "names": "{0: 'p'}"}, ("a", "b", "c")),
+        ([], {"names": "{0: 'p', 2: 'r'}"}, ()),  # ids with a gap: not read
+        ([], {}, ()),
+    ],
+    ids=["config", "metadata", "both", "ultralytics", "ours-first", "gap", "none"],
+)
+def test_class_names_come_from_the_config_else_the_model(
+    configured: list[str], metadata: dict[str, str], expected: tuple[str, ...]
+) -> None:
+    runtime = MetadataRuntime([[*BOX, 0.9, 0.1, 0.0]], metadata)
+    detector = Detector(runtime, _config(class_names=configured))
+    assert detector.class_names == expected
+    assert detector.class_name(0) == (expected[0] if expected else "0")
+    assert detector.class_name(7) == "7"
+    assert detector.metadata == metadata
+
+
+@pytest.mark.parametrize(
+    ("configured", "metadata", "match"),
+    [
+        (
+            ["x", "y"],
+            {"class_names": ABC_JSON},
+            r"class_names in the config names 2 classes \(x, y\) but the model unused.onnx has 3 "
+            r"\(a, b, c\)",
+        ),
+        ([], {"class_names": "person,car"}, "metadata is not a JSON list of names"),
+        ([], {"class_names": "[1, 2]"}, "metadata is not a JSON list of names"),
+        ([], {"box_units": "inches"}, "`box_units` metadata is 'inches'"),
+    ],
+    ids=["count-mismatch", "not-json", "not-names", "bad-box-units"],
+)
+def test_metadata_that_does_not_fit_is_a_clear_error(
+    configured: list[str], metadata: dict[str, str], match: str
+) -> None:
+    runtime = MetadataRuntime([[*BOX, 0.9, 0.1, 0.0]], metadata)
+    with pytest.raises(ModelConfigError, match=match):
+        Detector(runtime, _config(class_names=configured))
+
+
+@pytest.mark.parametrize(
+    ("configured", "metadata", "expected"),
+    [
+        ("auto", {"box_units": "normalized"}, "normalized"),
+        ("auto", {"box_units": "pixels"}, "pixels"),
+        ("auto", {}, "auto"),
+        ("pixels", {"box_units": "normalized"}, "pixels"),  # the config wins
+    ],
+)
+def test_box_units_come_from_the_metadata_when_the_config_says_auto(
+    configured: str, metadata: dict[str, str], expected: str
+) -> None:
+    normalized_box = [v / INPUT for v in BOX]
+    runtime = MetadataRuntime([[*normalized_box, 0.9, 0.0, 0.0]], metadata)
+    detector = Detector(runtime, _config(box_units=configured))
+    assert detector.box_units == expected
+    [result] = detector.detect([_frame()])
+    if expected == "pixels":  # taken at its word: a box of a few pixels at the frame's corner
+        assert result.xyxy.max() < 5.0
+    else:  # scaled to the input, as `auto` guesses from the values too
+        np.testing.assert_allclose(result.xyxy, [BOX_IN_SOURCE], atol=1e-3)
+
+
+# A box of class a (0.9) overlapping one of class b (0.7): class-agnostic NMS keeps only a,
+# unless the filter drops a first.
+OVERLAPPING = [[*BOX, 0.9, 0.0, 0.0], [BOX[0] + 1, *BOX[1:], 0.0, 0.7, 0.0], [*BOX, 0, 0, 0.5]]
+
+
+@pytest.mark.parametrize(
+    ("classes", "metadata", "expected"),
+    [
+        ([], {}, [(0, 0.9)]),
+        (["b"], {}, [(1, 0.7)]),  # filtered before NMS: a no longer suppresses b
+        (["c", "b"], {}, [(1, 0.7)]),  # b suppresses the overlapping c
+        (["c"], {}, [(2, 0.5)]),
+        (["b"], {"class_names": ABC_JSON}, [(1, 0.7)]),  # names from the model
+    ],
+    ids=["all", "one", "two", "other", "model-names"],
+)
+def test_classes_filter_keeps_only_those_classes_before_nms(
+    classes: list[str], metadata: dict[str, str], expected: list[tuple[int, float]]
+) -> None:
+    names = [] if metadata else ["a", "b", "c"]
+    runtime = MetadataRuntime(OVERLAPPING, metadata)
+    config = _config(class_names=names, classes=classes, class_agnostic_nms=True)
+    [result] = Detector(runtime, config).detect([_frame()])
+    got = [(c, round(score, 3)) for _, score, c, _ in result]
+    assert got == expected
+
+
+def test_classes_filter_names_must_be_known() -> None:
+    with pytest.raises(ValidationError, match=r"unknown class 'dog'; the classes of class_names"):
+        _config(classes=["a", "dog"])
+    runtime = MetadataRuntime(OVERLAPPING, {"class_names": ABC_JSON})
+    with pytest.raises(
+        ModelConfigError,
+        match=r"unknown class 'dog'; the classes of the model unused.onnx are: a, b, c",
+    ):
+        Detector(runtime, _config(class_names=[], classes=["dog"]))
+    runtime = MetadataRuntime(OVERLAPPING, {})
+    with pytest.raises(ModelConfigError, match="needs class names"):
+        Detector(runtime, _config(class_names=[], classes=["a"]))
+
+
 # --- real models ----------------------------------------------------------------------------
 
 
@@ -327,6 +452,23 @@ def test_tflite_int8_detector_on_bus_gives_valid_source_boxes(
     overlap = box_iou(result.xyxy, result.xyxy)
     np.fill_diagonal(overlap, 0)
     assert overlap.max() < 0.999
+
+
+COCO = Path(__file__).resolve().parents[2] / "models" / "coco"
+
+
+def test_coco_model_names_its_classes_and_the_filter_keeps_one(bus_image: Any) -> None:
+    runtime = OnnxRuntimeConfig(model_path=COCO / "nanodet-coco-fp32.onnx", intra_op_threads=2)
+    config = DetectorConfig(runtime=runtime, input_size=(480, 640), confidence_threshold=0.3)
+    with Detector.from_config(config) as detector:
+        assert len(detector.class_names) == 80 and detector.box_units == "pixels"
+        assert detector.class_names[:3] == ("person", "bicycle", "car")
+        [everything] = detector.detect([bus_image])
+    labels = [detector.class_name(int(c)) for c in everything.class_id]
+    assert labels.count("person") >= 3 and "bus" in labels, labels  # four people and a bus
+    with Detector.from_config(config.model_copy(update={"classes": ["bus"]})) as detector:
+        [buses] = detector.detect([bus_image])
+    assert len(buses) >= 1 and {detector.class_name(int(c)) for c in buses.class_id} == {"bus"}
 
 
 def test_from_config_reports_a_missing_model(tmp_path: Path) -> None:

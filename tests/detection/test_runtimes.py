@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,13 @@ import pytest
 
 from detection.errors import ModelLoadError, RuntimeUnavailableError
 from detection.letterbox import letterbox_batch
-from detection.runtimes.base import Runtime, available_runtimes, create_runtime
+from detection.runtimes.base import (
+    Runtime,
+    available_runtimes,
+    create_runtime,
+    read_model_metadata,
+    runtime_metadata,
+)
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig, TensorRTConfig
 from detection.runtimes.litert import LiteRTRuntime, dequantize, quantize
 from detection.runtimes.onnx import OnnxRuntime
@@ -66,6 +73,91 @@ def test_create_runtime_builds_the_configured_backend(
     assert isinstance(runtime, expected)
     assert isinstance(runtime, Runtime)
     runtime.close()
+
+
+# --- model metadata -------------------------------------------------------------------------
+
+META = {"class_names": '["person", "car"]', "model_name": "tiny", "box_units": "pixels"}
+COCO = Path(__file__).resolve().parents[2] / "models" / "coco"
+
+
+def _onnx_with_metadata(path: Path, metadata: dict[str, str]) -> Path:
+    import onnx
+
+    model = onnx.load(str(tiny_onnx(path)))
+    onnx.helper.set_model_props(model, metadata)
+    onnx.save(model, str(path))
+    return path
+
+
+def _tflite_with_metadata(path: Path, metadata: dict[str, str]) -> Path:
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as tfl
+
+    model = tfl.ModelT.InitFromObj(tfl.Model.GetRootAs(tiny_tflite(path).read_bytes(), 0))
+    model.metadata = list(model.metadata or [])
+    for name, value in metadata.items():
+        buffer = tfl.BufferT()
+        buffer.data = list(value.encode())
+        model.buffers.append(buffer)
+        entry = tfl.MetadataT()
+        entry.name, entry.buffer = name, len(model.buffers) - 1
+        model.metadata.append(entry)
+    binary = tfl.BufferT()  # a binary entry (as CONVERSION_METADATA): left out
+    binary.data = [0xFF, 0xFE, 0x00, 0x81]
+    model.buffers.append(binary)
+    entry = tfl.MetadataT()
+    entry.name, entry.buffer = "binary", len(model.buffers) - 1
+    model.metadata.append(entry)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path.write_bytes(bytes(builder.Output()))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make_config", "expected"),
+    [
+        (lambda p: OnnxRuntimeConfig(model_path=_onnx_with_metadata(p / "m.onnx", META)), META),
+        (lambda p: OnnxRuntimeConfig(model_path=tiny_onnx(p / "m.onnx")), {}),
+        (lambda p: LiteRTConfig(model_path=_tflite_with_metadata(p / "m.tflite", META)), META),
+        (lambda p: LiteRTConfig(model_path=tiny_tflite(p / "m.tflite")), {}),
+    ],
+    ids=["onnx", "onnx-none", "tflite", "tflite-none"],
+)
+def test_runtimes_expose_the_model_metadata(
+    tmp_path: Path, make_config: Any, expected: dict[str, str]
+) -> None:
+    config = make_config(tmp_path)
+    runtime = create_runtime(config)
+    try:
+        got = runtime_metadata(runtime)
+        assert {k: v for k, v in got.items() if k in META or not expected} == expected
+        assert "binary" not in got
+        assert dict(read_model_metadata(config)) == dict(got)  # the same, without a runtime
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("name", ["nanodet-coco-fp32.onnx", "nanodet-coco-int8.onnx"])
+def test_the_coco_models_carry_their_class_names_and_identity(name: str) -> None:
+    metadata = read_model_metadata(OnnxRuntimeConfig(model_path=COCO / name))
+    names = json.loads(metadata["class_names"])
+    assert len(names) == 80 and names[0] == "person" and names[-1] == "toothbrush"
+    assert (metadata["model_name"], metadata["box_units"]) == ("nanodet-coco", "pixels")
+    assert metadata["model_version"]
+
+
+def test_runtime_metadata_of_a_runtime_without_any_is_empty() -> None:
+    class Bare:
+        name = "bare"
+
+    class Odd:
+        metadata = {"ok": "yes", 3: "int key", "bad": 4}
+
+    assert dict(runtime_metadata(Bare())) == {}
+    assert dict(runtime_metadata(Odd())) == {"ok": "yes"}
+    assert dict(read_model_metadata(TensorRTConfig(engine_path=Path("absent.engine")))) == {}
 
 
 # --- load errors ----------------------------------------------------------------------------

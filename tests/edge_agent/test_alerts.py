@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from edge_agent.alerts import SCHEMA, AlertPublisher, EventIds, Outbox
+from edge_agent.alerts.payload import encode_event
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.rules.engine import NO_TRACK
 from tests.fixtures.events import T0, door_event
@@ -61,8 +63,9 @@ def test_event_topic_payload_qos_and_retain(
     sub = Subscriber(mosquitto_broker, f"{PREFIX}/#")
     pub = _publisher(mosquitto_broker, tmp_path / "outbox.sqlite3")
     pub.start()
+    event = door_event(label="person", frame_size=(640, 480))
     try:
-        pub.publish_event(door_event())
+        pub.publish_event(event)
         sub.wait_for(lambda ms: any(m.topic == EVENTS_TOPIC for m in ms))
         assert pub.flush(5) and pub.outbox.depth() == 0
     finally:
@@ -73,7 +76,7 @@ def test_event_topic_payload_qos_and_retain(
     body = json.loads(msg.payload)
     assert body == {
         "schema": SCHEMA,
-        "event_id": EventIds(AGENT).id_for(door_event()),
+        "event_id": EventIds(AGENT).id_for(event),
         "phase": "start",
         "rule": "door-enter",
         "kind": "zone_enter",
@@ -81,15 +84,59 @@ def test_event_topic_payload_qos_and_retain(
         "agent": AGENT,
         "track_id": 7,
         "class": 0,
+        "label": "person",
         "timestamp": "2025-11-30T06:55:50.125Z",
         "box": [10.0, 20.0, 110.0, 220.0],
+        "frame_size": [640, 480],
         "direction": None,
         "zone": "door",
         "line": None,
         "count": None,
     }
-    assert list(body)[:3] == ["schema", "event_id", "phase"]  # key order as documented
+    assert list(body) == [  # key order as documented
+        "schema", "event_id", "phase", "rule", "kind", "camera", "agent", "track_id", "class",
+        "label", "timestamp", "box", "frame_size", "direction", "zone", "line", "count",
+    ]  # fmt: skip
     assert body["schema"] == "edge-alert/v1"
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        (
+            {"label": "person", "frame_size": (1920, 1080)},
+            {"class": 0, "label": "person", "box": [10.0, 20.0, 110.0, 220.0],
+             "frame_size": [1920, 1080]},
+        ),
+        (  # float32 noise is rounded away to 0.1 px
+            {"box": (10.04999, 20.450001, 110.96, 219.99998), "label": "car", "class_id": 1,
+             "frame_size": (640, 272)},
+            {"class": 1, "label": "car", "box": [10.0, 20.5, 111.0, 220.0],
+             "frame_size": [640, 272]},
+        ),
+        (  # a class the detector has no name for
+            {"class_id": 85, "label": None, "frame_size": (640, 480)},
+            {"class": 85, "label": None, "box": [10.0, 20.0, 110.0, 220.0],
+             "frame_size": [640, 480]},
+        ),
+        (  # occupancy is about a zone: no class, no label, no box, but the frame's size
+            {"track_id": NO_TRACK, "class_id": NO_TRACK, "kind": "zone_occupancy", "box": None,
+             "count": 3, "label": None, "frame_size": (640, 480)},
+            {"class": None, "label": None, "box": None, "frame_size": [640, 480]},
+        ),
+        (  # an event made without them (older producers): both null
+            {},
+            {"class": 0, "label": None, "box": [10.0, 20.0, 110.0, 220.0], "frame_size": None},
+        ),
+    ],
+    ids=["named", "rounded", "unnamed-class", "occupancy", "without-label-and-size"],
+)  # fmt: skip
+def test_payload_label_rounded_box_and_frame_size(
+    fields: dict[str, Any], expected: dict[str, object]
+) -> None:
+    body = json.loads(encode_event(door_event(**fields), AGENT, "id-1"))
+    assert {key: body[key] for key in expected} == expected
+    assert body["schema"] == SCHEMA == "edge-alert/v1"  # fields were added: still v1
 
 
 def test_availability_is_retained_for_late_subscribers(

@@ -202,3 +202,36 @@ def test_cross_field_errors(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config(text, EdgeAgentConfig, "t.yaml")
     assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize(
+    ("replace", "expected"),
+    [
+        pytest.param(
+            ("    zones:", "    target_fps: 0\n    zones:"),
+            [
+                "t.yaml:6: cameras[0].target_fps: Input should be greater than 0 (got 0)",
+                "t.yaml:16: cameras[0].rules[0].zone: rule 'r1' refers to zone 'nowhere', which "
+                "is not defined on camera 'cam1' (zones defined: door)",
+            ],
+            id="field-error-and-dangling-reference",
+        ),
+        pytest.param(
+            ("    lines:", "      - name: door\n        points: [[0, 0], [1, 1], [0, 1]]\n"
+             "    lines:"),
+            [
+                "t.yaml:9: cameras[0].zones[1].name: duplicate name 'door' on camera 'cam1'",
+                "t.yaml:17: cameras[0].rules[0].zone: rule 'r1' refers to zone 'nowhere', which "
+                "is not defined on camera 'cam1' (zones defined: door)",
+            ],
+            id="duplicate-name-and-dangling-reference",
+        ),
+    ],
+)  # fmt: skip
+def test_errors_of_every_stage_come_in_one_pass(
+    replace: tuple[str, str], expected: list[str]
+) -> None:
+    text = _with("", replace).replace("zone: door", "zone: nowhere")
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, EdgeAgentConfig, "t.yaml")
+    assert str(raised.value).splitlines() == expected

@@ -12,7 +12,7 @@ import pytest
 from detection.config import DetectorConfig
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig, TensorRTConfig
 from edge_agent.cli import main
-from edge_agent.detect_command import run_detect, runtime_config_for
+from edge_agent.detect_command import format_frame, run_detect, runtime_config_for
 from tests.fixtures.rtsp import RtspServer
 
 FRAMES = 5
@@ -88,8 +88,21 @@ def test_cli_prints_frames_and_a_summary(
         ("{model}", "no-such-clip.mp4", [], "video file not found: no-such-clip.mp4"),
         ("{model}", "rtsp://127.0.0.1:1/none", [], "cannot open video source"),
         ("model.pt", "{clip}", [], "cannot tell the runtime"),
-        # 2 class names for an 80-class head: the output layout cannot match
-        ("{model}", "{clip}", ["--class-names", "a,b"], r"fits neither .* for 2 classes"),
+        # 2 class names for a model that names its 80 classes (ultralytics `names` metadata)
+        (
+            "{model}",
+            "{clip}",
+            ["--class-names", "a,b"],
+            r"names 2 classes \(a, b\) but the model "
+            r"yolov5s_seed0.onnx has 80",
+        ),
+        (
+            "{model}",
+            "{clip}",
+            ["--classes", "unicorn"],
+            r"unknown class 'unicorn'; the classes of "
+            r"the model yolov5s_seed0.onnx are: ",
+        ),
     ],
 )
 def test_cli_bad_inputs_exit_1_with_one_clear_line(
@@ -108,3 +121,47 @@ def test_cli_bad_inputs_exit_1_with_one_clear_line(
     assert code == 1
     assert err.startswith("edge-agent detect: ")
     assert re.search(message, err), err
+
+
+COCO_FP32 = Path(__file__).resolve().parents[2] / "models" / "coco" / "nanodet-coco-fp32.onnx"
+
+
+@pytest.mark.parametrize(
+    ("names", "fmt", "expected"),
+    [
+        (("person", "car"), "jsonl", ["person", "car", "7"]),
+        ((), "jsonl", ["0", "1", "7"]),
+        (("person", "car"), "text", "person 0.90 [1.0, 2.0, 3.0, 4.0], car 0.80"),
+    ],
+    ids=["named", "unnamed", "text"],
+)
+def test_format_frame_prints_class_names(
+    names: tuple[str, ...], fmt: str, expected: list[str] | str
+) -> None:
+    import numpy as np
+
+    from detection.detections import Detections
+
+    dets = Detections(
+        xyxy=np.array([[1.04, 2.0, 3.0, 4.0], [1, 2, 3, 4], [1, 2, 3, 4]], np.float32),
+        confidence=np.array([0.9, 0.8, 0.7], np.float32),
+        class_id=np.array([0, 1, 7]),
+    )
+    line = format_frame(3, dets, names, fmt, 1.0)  # type: ignore[arg-type]
+    if fmt == "jsonl":
+        assert [d["class"] for d in json.loads(line)["detections"]] == expected
+    else:
+        assert isinstance(expected, str) and expected in line
+
+
+def test_labels_come_from_the_model_and_classes_filter_them(
+    sample_clip: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["detect", "--model", str(COCO_FP32), "--source", str(sample_clip), "--imgsz", "320"]
+    assert main([*argv, "--max-frames", "2", "--format", "jsonl"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    labels = {d["class"] for line in lines for d in line["detections"]}
+    assert "person" in labels and not any(label.isdigit() for label in labels), labels
+    assert main([*argv, "--max-frames", "2", "--format", "jsonl", "--classes", "person"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {d["class"] for line in lines for d in line["detections"]} == {"person"}

@@ -193,6 +193,31 @@ def test_zone_enter_and_exit_fire_on_the_frame_of_the_change(normalized: bool) -
     assert enter.class_id == 0 and enter.box == (105.0, 130.0, 115.0, 150.0)
 
 
+@pytest.mark.parametrize(
+    ("class_names", "class_id", "label"),
+    [(CLASSES, 0, "person"), (CLASSES, 3, "forklift"), (CLASSES, 9, None), ((), 0, None)],
+    ids=["first", "last", "beyond-the-names", "no-names"],
+)
+def test_events_carry_the_class_label_and_the_frame_size(
+    class_names: tuple[str, ...], class_id: int, label: str | None
+) -> None:
+    engine = RuleEngine(
+        _camera([{"name": "in", "kind": "zone_enter", "zone": "zone-a"}]),
+        frame_size=(640, 480),
+        class_names=class_names,
+    )
+    (event,) = _run(engine, [[(7, x, 150, class_id, 0.9)] for x in (80, 150)])
+    assert (event.class_id, event.label, event.frame_size) == (class_id, label, (640, 480))
+
+
+def test_occupancy_events_have_the_frame_size_but_no_label() -> None:
+    engine = _engine(
+        [{"name": "crowd", "kind": "zone_occupancy", "zone": "zone-a", "min_objects": 1}]
+    )
+    (event,) = _run(engine, [[(1, 150, 150)]])
+    assert (event.kind, event.label, event.frame_size) == ("zone_occupancy", None, (640, 480))
+
+
 def test_first_seen_inside_raises_no_enter_and_vanishing_inside_no_exit() -> None:
     engine = _engine(
         [{"name": "in", "kind": "zone_enter", "zone": "zone-a"},
@@ -433,6 +458,7 @@ def test_a_class_correction_retracts_recent_events_and_ends_a_loiter() -> None:
     retract = next(e for e in corrected if e.phase == "retract")
     end = next(e for e in corrected if e.phase == "end")
     assert retract.timestamp_s == enter.timestamp_s and retract.class_id == 1
+    assert (enter.label, retract.label, end.label) == ("person", "car", "car")  # follows class
     assert ids.id_for(retract) == enter_id and ids.id_for(end) == loiter_id
     assert frame(50.0, 1, 3.0) == []  # nothing more for a car
 
