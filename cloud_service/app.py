@@ -27,6 +27,8 @@ from cloud_service.server import (
 )
 from cloud_service.servicer import InferenceServicer
 from detection.detections import Detections
+from detection.detector import Detector
+from detection.model_metadata import model_file_of, model_identity
 
 logger = logging.getLogger(__name__)
 
@@ -93,15 +95,33 @@ def batching_for(engine: Engine, config: BatchingConfig) -> BatchingConfig:
     return config.model_copy(update={"preferred_batch_sizes": sizes, "max_batch_size": sizes[0]})
 
 
+def model_info(config: CloudServiceConfig, detector: Detector) -> ModelInfo:
+    """What answers report about the model: `model_name` / `model_version` from the config, else
+    from the model's metadata (else its file stem and "1"); class names from the detector (the
+    config's `engine.class_names`, else the model's own)."""
+    found = model_file_of(config.engine.runtime)
+    name, version = model_identity(
+        detector.metadata,
+        found[1] if found is not None else None,
+        config.model_name,
+        config.model_version,
+    )
+    return ModelInfo(name=name, version=version, class_names=detector.class_names)
+
+
 def build_service(config: CloudServiceConfig) -> CloudService:
-    """Load and warm up the engine, then bind the server described by `config`."""
-    engine = create_engine(config.engine, max_batch_size=config.batching.max_batch_size)
+    """Load and warm up the engine, then bind the server described by `config`.
+
+    With `config.slicing` enabled the engine also runs whole frames as native-scale tiles.
+    """
+    engine = create_engine(
+        config.engine, max_batch_size=config.batching.max_batch_size, slicing=config.slicing
+    )
     warm_up_ms = engine.warm_up()
     logger.info("engine warm-up (batch size: ms): %s", warm_up_ms)
-    model = ModelInfo(
-        name=config.model_name,
-        version=config.model_version,
-        class_names=tuple(config.engine.class_names),
+    model = model_info(config, engine.detector)
+    logger.info(
+        "serving model %s:%s (%d classes)", model.name, model.version, len(model.class_names)
     )
     decoder = create_decoder(config.decoder)
     processor = DetectorFrameProcessor(SerializedDetector(engine), model, decoder=decoder)

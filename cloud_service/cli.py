@@ -26,16 +26,32 @@ if TYPE_CHECKING:
 
 
 def _validate_config(args: argparse.Namespace) -> int:
-    return validate_config_command(args.file, CloudServiceConfig, CloudServiceConfig.summary)
+    from detection.model_metadata import model_file_issues
+
+    return validate_config_command(
+        args.files,
+        CloudServiceConfig,
+        CloudServiceConfig.summary,
+        checks=None if args.skip_model_check else model_file_issues,
+    )
 
 
 def _add_validate_config(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "validate-config",
-        help="check a config file and report each error with its line",
-        description="Exit 0 when FILE is valid, 1 when it is not, 2 when it cannot be read.",
+        help="check config files and report every error with its line",
+        description=(
+            "Exit 0 when every FILE is valid, 1 when one is not, 2 when one cannot be read. "
+            "The engine's model file must exist and load (relative paths from the working "
+            "directory, as the service reads them)."
+        ),
     )
-    parser.add_argument("file", metavar="FILE", help="cloud service YAML config")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="cloud service YAML config")
+    parser.add_argument(
+        "--skip-model-check",
+        action="store_true",
+        help="do not open the model files (validating a config away from the host that runs it)",
+    )
     parser.set_defaults(handler=_validate_config)
 
 

@@ -13,6 +13,7 @@ from configkit.secrets import SecretRef
 from configkit.yaml_loader import config_error_at
 from detection.config import DetectorConfig
 from detection.runtimes.config import TensorRTConfig
+from detection.slicing import SlicingConfig
 
 
 class TlsConfig(StrictModel):
@@ -205,15 +206,25 @@ class CloudServiceConfig(StrictModel):
     )
     decoder: DecoderConfig = Field(default_factory=DecoderConfig, description="JPEG decoding.")
     engine: DetectorConfig = Field(description="The cloud detector (large model).")
-    model_name: str = Field(
-        default="yolov5x",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-        description="Model name reported with every answer.",
+    slicing: SlicingConfig = Field(
+        default_factory=SlicingConfig,
+        description="Sliced inference: whole frames also run as native-scale tiles (off).",
     )
-    model_version: str = Field(
-        default="1",
+    model_name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description=(
+            "Model name reported with every answer; none: the model's `model_name` metadata, "
+            "else its file name without the extension."
+        ),
+    )
+    model_version: str | None = Field(
+        default=None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$",
-        description="Model version reported with every answer.",
+        description=(
+            "Model version reported with every answer; none: the model's `model_version` "
+            'metadata, else "1".'
+        ),
     )
     metrics: MetricsConfig = Field(
         default_factory=lambda: MetricsConfig(listen_port=9109),
@@ -240,9 +251,12 @@ class CloudServiceConfig(StrictModel):
         return self
 
     def summary(self) -> str:
-        """One line for `validate-config`."""
+        """One line for `validate-config`; a name or version left to the model reads
+        `<metadata>` (the model's own is known once it loads)."""
+        name = self.model_name or "<metadata>"
+        version = self.model_version or "<metadata>"
         return (
-            f"model {self.model_name}:{self.model_version} on {self.engine.runtime.type}, "
+            f"model {name}:{version} on {self.engine.runtime.type}, "
             f"decoder {self.decoder.type}, max batch {self.batching.max_batch_size}, "
             f"listening on {self.server.listen_address}"
         )

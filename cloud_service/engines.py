@@ -22,6 +22,7 @@ from detection.detector import Detector
 from detection.letterbox import PAD_VALUE
 from detection.runtimes.base import Runtime, create_runtime
 from detection.runtimes.config import OnnxRuntimeConfig
+from detection.slicing import SlicedDetector, SlicingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +69,28 @@ def _dynamic_batch(runtime: Runtime) -> bool:
 
 
 class Engine:
-    """A detector plus its batch sizes and warm-up; `detect` makes it a `BatchDetector`."""
+    """A detector plus its batch sizes and warm-up; `detect` makes it a `BatchDetector`.
 
-    def __init__(self, runtime: Runtime, config: DetectorConfig, *, max_batch_size: int) -> None:
+    With `slicing` enabled, `detect` runs whole frames as native-scale tiles too
+    (`detection.slicing.SlicedDetector`); batch sizes stay counted in frames.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: DetectorConfig,
+        *,
+        max_batch_size: int,
+        slicing: SlicingConfig | None = None,
+    ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.detector = Detector(runtime, config)
+        self.sliced: SlicedDetector | None = (
+            SlicedDetector(self.detector, slicing)
+            if slicing is not None and slicing.enabled
+            else None
+        )
         self.runtime_name = runtime.name
         self._runtime = runtime
         self._max_batch_size = max_batch_size
@@ -113,7 +130,10 @@ class Engine:
         self, images: Sequence[BgrImage], *, scale_up: bool | Sequence[bool] = True
     ) -> list[Detections]:
         """Detections per image (boxes in each image's pixels); `scale_up` False per image keeps
-        small images (region crops) at their own scale instead of enlarging them."""
+        small images (region crops) at their own scale instead of enlarging them; with slicing,
+        whole frames larger than the model input also run as tiles."""
+        if self.sliced is not None:
+            return self.sliced.detect(images, scale_up=scale_up)
         return self.detector.detect(images, scale_up=scale_up)
 
     def close(self) -> None:
@@ -121,13 +141,18 @@ class Engine:
         self.detector.close()
 
 
-def create_engine(config: DetectorConfig, *, max_batch_size: int) -> Engine:
-    """Load the runtime that `config.runtime` names; `max_batch_size` caps dynamic batches."""
+def create_engine(
+    config: DetectorConfig, *, max_batch_size: int, slicing: SlicingConfig | None = None
+) -> Engine:
+    """Load the runtime that `config.runtime` names; `max_batch_size` caps dynamic batches.
+
+    `slicing` (when enabled) wraps the detector in sliced inference.
+    """
     if isinstance(config.runtime, OnnxRuntimeConfig):
         _log_provider_fallback(config.runtime)
     runtime = create_runtime(config.runtime)
     try:
-        engine = Engine(runtime, config, max_batch_size=max_batch_size)
+        engine = Engine(runtime, config, max_batch_size=max_batch_size, slicing=slicing)
     except Exception:
         runtime.close()
         raise

@@ -23,7 +23,7 @@ engine:
 @pytest.mark.parametrize("name", ["cloud-service.example.yaml", "cloud-service.cpu.yaml"])
 def test_examples_validate(name: str) -> None:
     config = load_config(CONFIGS / name, CloudServiceConfig)
-    assert config.model_name == "yolov5x"
+    assert config.engine.runtime.type in ("onnxruntime", "tensorrt")
 
 
 def test_defaults() -> None:
@@ -31,6 +31,19 @@ def test_defaults() -> None:
     assert config.decoder.type == "cpu"
     assert config.batching.max_batch_size == 16
     assert config.metrics.listen_port == 9109
+    assert (config.model_name, config.model_version) == (None, None)  # from the model file
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("", "model <metadata>:<metadata> on tensorrt"),
+        ("model_name: yolov5x\nmodel_version: '2'\n", "model yolov5x:2 on tensorrt"),
+        ("model_name: yolov5x\n", "model yolov5x:<metadata> on tensorrt"),
+    ],
+)
+def test_summary_names_the_model_or_defers_to_its_metadata(extra: str, expected: str) -> None:
+    assert parse_config(BASE + extra, CloudServiceConfig).summary().startswith(expected)
 
 
 CASES = [
