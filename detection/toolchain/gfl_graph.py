@@ -264,6 +264,34 @@ def _fold_pads(nodes: list[NodeProto], graph: GraphProto) -> list[NodeProto]:
     return [n for n in nodes if id(n) not in dropped]
 
 
+def _canonical_names(
+    body: list[NodeProto], levels: list[str], graph: GraphProto
+) -> tuple[list[NodeProto], list[str], list[TensorProto]]:
+    """Rename the kept nodes, tensors and weights by position: `body/<i>`, `body/w<j>`.
+
+    The converter numbers the constants it merges in an order that varies from run to run, so
+    the same weights come out under other names; renamed by position, an import of the same
+    package gives the same file byte for byte.
+    """
+    inits = {i.name: i for i in graph.initializer}
+    names: dict[str, str] = {}
+    kept: list[TensorProto] = []
+    for index, node in enumerate(body):
+        for i, name in enumerate(node.input):
+            if name in inits and name not in names:
+                names[name] = f"body/w{len(kept)}"
+                weight = type(inits[name])()
+                weight.CopyFrom(inits[name])
+                weight.name = names[name]
+                kept.append(weight)
+            node.input[i] = names.get(name, name)
+        for k, name in enumerate(node.output):
+            names[name] = f"body/{index}" + (f":{k}" if k else "")
+            node.output[k] = names[name]
+        node.name = f"body/{index}_{node.op_type}"
+    return body, [names[level] for level in levels], kept
+
+
 def rewrite_gfl(
     model: ModelProto,
     head: GflHead,
@@ -299,6 +327,7 @@ def rewrite_gfl(
         for i, name in enumerate(node.input):
             if name == old_input:
                 node.input[i] = "pre/normalised"
+    body, levels, kept_inits = _canonical_names(body, levels, graph)
     pre_nodes, pre_inits = _preprocess_nodes(head, "images", "pre/normalised")
     tail_nodes: list[NodeProto] = []
     tail_inits: list[TensorProto] = []
@@ -309,8 +338,6 @@ def rewrite_gfl(
         tail_inits += inits
         outs.append(out)
     tail_nodes.append(helper.make_node("Concat", outs, ["output0"], name="gfl/concat", axis=2))
-    used = {name for n in body for name in n.input}
-    kept_inits = [i for i in graph.initializer if i.name in used]
     new_graph = helper.make_graph(
         pre_nodes + body + tail_nodes,
         "gfl_detector",

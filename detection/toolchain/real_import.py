@@ -281,5 +281,7 @@ def run_import(spec: ModelSourceSpec, spec_path: Path, settings: ImportSettings)
 
 
 def command_line(argv: Sequence[str]) -> str:
-    """How this run was started, for the manifest."""
-    return shlex.join(["vision-toolchain", *argv]) if argv else shlex.join(sys.argv)
+    """How this run was started, for the manifest (paths under the working folder relative)."""
+    here = str(Path.cwd()) + "/"
+    words = ["vision-toolchain", *argv] if argv else sys.argv
+    return shlex.join(w[len(here) :] if w.startswith(here) else w for w in words)
