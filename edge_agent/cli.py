@@ -102,7 +102,7 @@ def _detect(args: argparse.Namespace) -> int:
             iou_threshold=args.iou,
             class_names=args.class_names.split(",") if args.class_names else [],
             classes=args.classes.split(",") if args.classes else [],
-            input_size=(args.imgsz, args.imgsz) if args.imgsz else None,
+            input_size=args.imgsz,
         )
         summary = run_detect(
             config, args.source, sys.stdout, max_frames=args.max_frames, fmt=args.format
@@ -114,6 +114,19 @@ def _detect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _input_size(text: str) -> tuple[int, int]:
+    """`S` (square) or `H,W`, in pixels."""
+    try:
+        sides = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected S or H,W in pixels, got {text!r}") from None
+    if len(sides) == 1:
+        sides *= 2
+    if len(sides) != 2:
+        raise argparse.ArgumentTypeError(f"expected S or H,W in pixels, got {text!r}")
+    return sides[0], sides[1]
+
+
 def _add_detect(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "detect",
@@ -122,7 +135,9 @@ def _add_detect(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--model", required=True, help="model file (.onnx, .tflite, .engine)")
     parser.add_argument("--source", required=True, help="video file path or rtsp:// URL")
-    parser.add_argument("--imgsz", type=int, default=None, help="input size for dynamic models")
+    parser.add_argument(
+        "--imgsz", type=_input_size, default=None, help="input S or H,W for dynamic models"
+    )
     parser.add_argument("--confidence", type=float, default=0.25, help="lowest score kept")
     parser.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold")
     parser.add_argument(

@@ -157,7 +157,7 @@ def test_format_frame_prints_class_names(
 def test_labels_come_from_the_model_and_classes_filter_them(
     sample_clip: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["detect", "--model", str(COCO_FP32), "--source", str(sample_clip), "--imgsz", "320"]
+    argv = ["detect", "--model", str(COCO_FP32), "--source", str(sample_clip), "--imgsz", "320,416"]
     assert main([*argv, "--max-frames", "2", "--format", "jsonl"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     labels = {d["class"] for line in lines for d in line["detections"]}
@@ -165,3 +165,10 @@ def test_labels_come_from_the_model_and_classes_filter_them(
     assert main([*argv, "--max-frames", "2", "--format", "jsonl", "--classes", "person"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {d["class"] for line in lines for d in line["detections"]} == {"person"}
+
+
+@pytest.mark.parametrize("imgsz", ["320,", "a,b", "320,416,3"])
+def test_imgsz_is_s_or_h_w(imgsz: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["detect", "--model", str(COCO_FP32), "--source", "x.mp4", "--imgsz", imgsz])
+    assert "expected S or H,W in pixels" in capsys.readouterr().err
