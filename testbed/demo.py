@@ -1,6 +1,9 @@
 """The README's main job: the hybrid edge-cloud pipeline end to end, on loopback, nothing external.
 
-    python -m testbed.demo [--loops 1 | --duration-s S] [--out DIR] [--mqtt-host H --mqtt-port P]
+    python -m testbed.demo [--source synthetic|real] [--loops 1 | --duration-s S] [--out DIR]
+                           [--mqtt-host H --mqtt-port P]
+
+`--source synthetic` (the default):
 
 1. renders the scripted `events` scene (a zone, a line, people and vehicles entering, leaving,
    crossing and loitering over real background video) with its ground truth and expected events;
@@ -15,9 +18,15 @@
    escalated, bytes sent, fusion, latency percentiles, alerts, the check against the scripted
    events, detection accuracy against the ground truth) and writes an annotated video.
 
-Exit status: 0 when everything ran and the alerts matched the script; 1 when a check failed (no
-cloud answers, alerts not as scripted, video not written); 2 when a component did not start.
-Needs only the `edge` and `cloud` extras (no torch) and ffmpeg.
+`--source real` runs the same hybrid on real footage (`testbed.demo_real`): OpenCV's `vtest`
+clip (people walking across a campus path) served over RTSP, the committed COCO-80 models (INT8
+on the edge, FP32 in the cloud) and the zone, line and rules of `configs/demo-real.edge.yaml`.
+There is no scripted ground truth: the summary reports the alerts raised, by rule, kind and
+class, and the video goes to `.cache/demo-real/annotated.mp4`.
+
+Exit status: 0 when everything ran (and, synthetic, the alerts matched the script); 1 when a check
+failed (no frames, no cloud answers, alerts not as scripted, video not written); 2 when a
+component did not start. Needs only the `edge` and `cloud` extras (no torch) and ffmpeg.
 """
 
 from __future__ import annotations
@@ -30,14 +39,23 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from detection.metrics import compute_metrics
 from edge_agent.pipeline import EdgeAgent
 from testbed.alert_check import EventMatch, load_expected, match_first_loop, observed_from_payloads
-from testbed.demo_report import AlertFeed, RunRecorder, SummaryTable, ground_truth, latency_text
+from testbed.demo_real import start_real_stack, summarise_real
+from testbed.demo_report import (
+    AlertFeed,
+    Report,
+    RunRecorder,
+    SummaryTable,
+    add_cloud_rows,
+    ground_truth,
+    latency_text,
+    video_lines,
+)
 from testbed.demo_stack import CACHE, DemoError, Printer, Stack, start_stack
 
 logger = logging.getLogger(__name__)
@@ -77,8 +95,20 @@ def progress_line(
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
+    add(
+        "--source",
+        choices=("synthetic", "real"),
+        default="synthetic",
+        help="synthetic: the scripted `events` scene, checked against its script (default); "
+        "real: OpenCV's `vtest` clip (people on a campus path) with the COCO-80 models",
+    )
     add("--seed", type=int, default=1, help="seed of the `events` scene (default 1)")
-    add("--loops", type=int, default=1, help="scene loops to stream (14.4 s each; default 1)")
+    add(
+        "--loops",
+        type=int,
+        default=1,
+        help="passes of the video to stream (synthetic: 14.4 s each, real: 79.5 s; default 1)",
+    )
     add("--duration-s", type=float, help="stream this long instead of whole loops")
     add(
         "--camera",
@@ -98,11 +128,16 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--edge-model",
         choices=("int8", "onnx"),
         default="int8",
-        help="committed edge model: INT8 LiteRT (default) or FP32 ONNX",
+        help="committed edge model: INT8 (default) or FP32 ONNX (synthetic: INT8 LiteRT; "
+        "real: models/coco/nanodet-coco-int8.onnx or -fp32.onnx)",
     )
     add("--escalation-fps", type=float, default=3.0, help="escalation budget, frames/s (default 3)")
     add("--cloud-threads", type=int, default=1, help="ONNX Runtime threads of the cloud model")
-    add("--out", type=Path, default=CACHE / "demo", help="output folder (default .cache/demo)")
+    add(
+        "--out",
+        type=Path,
+        help="output folder (default .cache/demo, real footage: .cache/demo-real)",
+    )
     add("--no-video", action="store_true", help="do not write the annotated video")
     add("--progress-s", type=float, default=2.0, help="seconds between progress lines")
     add("--verbose", action="store_true", help="log at INFO level")
@@ -160,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--loops must be >= 1 and --duration-s > 0")
     if args.escalation_fps <= 0 or args.cloud_threads < 1 or args.progress_s <= 0:
         parser.error("--escalation-fps and --progress-s must be > 0, --cloud-threads >= 1")
+    if args.out is None:
+        args.out = CACHE / ("demo-real" if args.source == "real" else "demo")
+    real = args.source == "real"
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -168,11 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     try:
         with contextlib.ExitStack() as stack:
-            s = start_stack(args, say, stack)
+            s = (start_real_stack if real else start_stack)(args, say, stack)
             ran_s, failures = stream(args, s, say)
             if s.video is not None:
                 s.video.close()
-            report = summarise(s, ran_s, args)
+            report = (summarise_real if real else summarise)(s, ran_s, args)
     except DemoError as exc:
         say(f"\nDEMO FAILED: {exc}")
         return EXIT_START_FAILED
@@ -188,15 +226,6 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_CHECK_FAILED if problems else EXIT_OK
 
 
-@dataclass
-class Report:
-    """The summary's lines, what failed, and the numbers (also written as JSON)."""
-
-    lines: list[str]
-    problems: list[str]
-    numbers: dict[str, Any]
-
-
 def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
     """The end-of-run summary; see the module docstring."""
     esc = s.agent.escalation.counters if s.agent.escalation is not None else None
@@ -206,8 +235,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
     alerts = s.feed.events()
     alert_latencies = [a.latency_ms for a in alerts if a.payload.get("phase") == "start"]
     match = check_events(s, alerts, ran_s)
-    scene_bytes = s.scene.video.stat().st_size if s.scene.video else 0
-    stream_bytes = scene_bytes * ran_s / (s.scene_frames / s.scene_fps)
+    stream_bytes = s.clip.stat().st_size * ran_s / (s.scene_frames / s.scene_fps)
     sent = esc.sent if esc else 0
     bytes_sent = esc.bytes_sent if esc else 0
     accuracy = score_detections(s)
@@ -221,24 +249,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
     t.add("frames analysed", f"{frames} ({frames / max(ran_s, 1e-6):.1f} fps)")
     t.add("frames dropped (stale)", str(worker.source.stats().drops + c.skipped_rate))
     t.add("detection mAP50 / recall", accuracy)
-    t.section("cloud escalation")
-    if esc is not None:
-        t.add("hard frames", f"{esc.hard} ({esc.refused_budget} over budget)")
-        t.add("escalated", f"{sent} frames = {100.0 * sent / max(frames, 1):.1f}% of analysed")
-        t.add("answers", f"{esc.answered} answered, {esc.failed} failed, {esc.dropped_busy} busy")
-        t.add(
-            "bytes sent to cloud",
-            f"{bytes_sent / 1024:.0f} KiB ({bytes_sent / max(sent, 1) / 1024:.1f} KiB/frame; "
-            f"{100.0 * bytes_sent / max(stream_bytes, 1):.0f}% of the camera's H.264 stream)",
-        )
-    f = c.fusion
-    t.add("answers fused", f"{f.answers} ({f.late} too late)")
-    t.add("tracks by fusion", f"{f.confirmed} confirmed, {f.reclassified} reclassified, "
-          f"{f.rejected} rejected, {f.removed} removed, {f.created} created")  # fmt: skip
-    agreement = worker.cloud_trust.agreement
-    if agreement is not None:
-        t.add("cloud agreement", f"{100.0 * agreement:.0f}% of sure edge tracks seen by the "
-              f"cloud ({worker.cloud_trust.checked} checked)")  # fmt: skip
+    add_cloud_rows(t, s.agent, frames, stream_bytes)
     t.section("latency")
     t.add("capture -> frame results", latency_text(s.recorder.latencies_ms))
     t.add("capture -> alert via MQTT", latency_text(alert_latencies))
@@ -250,11 +261,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         f"  {match_text(match)}",
     ]
     lines += [f"  {row}" for row in match.report().splitlines()[1:]]
-    video_text = "not written (--no-video)"
-    if s.video is not None:
-        video_text = f"{s.video.path} ({s.video.frames_written} frames"
-        video_text += f", {s.video.frames_dropped} dropped)" if s.video.frames_dropped else ")"
-    lines += ["-- annotated video", f"  {video_text}"]
+    lines += video_lines(s.video)
 
     problems = []
     if frames == 0:
@@ -293,7 +300,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
 
 def check_events(s: Stack, alerts: list[Any], ran_s: float) -> EventMatch:
     """The received alerts against the scene's scripted events (first loop, or what ran of it)."""
-    assert s.scene.events is not None  # noqa: S101 - an events scene has them
+    assert s.scene is not None and s.scene.events is not None  # noqa: S101 - synthetic has them
     window_s = min(s.scene_frames / s.scene_fps, ran_s)
     expected = [e for e in load_expected(s.scene.events) if e.time_s < window_s - TOLERANCE_S / 2]
     observed = observed_from_payloads([a.payload for a in alerts], s.models.class_names, 0.0)
@@ -317,6 +324,7 @@ def score_detections(s: Stack) -> str:
     found = [(i, d) for i, d in s.recorder.detections if i < n_frames]
     if not found:
         return "n/a (no frames of the first loop)"
+    assert s.scene is not None  # noqa: S101 - synthetic source
     truth = ground_truth(s.scene.gt, n_frames)
     result = compute_metrics(
         [truth[i] for i, _ in found], [d for _, d in found], class_names=s.models.class_names

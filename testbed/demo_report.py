@@ -5,7 +5,8 @@
   scoring), and hands frames to the annotated video writer. Runs in the frame loop: cheap.
 - `AlertFeed`: a paho client subscribed to the agent's topics on the broker. Prints each alert
   as it arrives (with its capture-to-received latency) and keeps the payloads.
-- `percentile`, `ground_truth`, `summary_lines`: the end-of-run numbers and their table.
+- `percentile`, `ground_truth`, `SummaryTable`, `add_cloud_rows`, `video_lines`, `Report`: the
+  end-of-run numbers and their table, shared by the synthetic and the real-footage summaries.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from detection.detections import Detections
 from detection.metrics import GroundTruth
 from edge_agent.alerts.subscriber import format_message
-from edge_agent.pipeline import FrameOutcome
+from edge_agent.pipeline import EdgeAgent, FrameOutcome
 from testbed.annotate import AnnotatedVideoWriter, FrameInfo
 from testbed.scenes.writer import read_mot
 
@@ -259,3 +260,46 @@ def latency_text(values: Sequence[float]) -> str:
         return "n/a (none)"
     p50, p95, p99 = (percentile(values, q) for q in (50, 95, 99))
     return f"p50 {p50:.0f} ms, p95 {p95:.0f} ms, p99 {p99:.0f} ms  ({len(values)} samples)"
+
+
+@dataclass
+class Report:
+    """The summary's lines, what failed, and the numbers (also written as JSON)."""
+
+    lines: list[str]
+    problems: list[str]
+    numbers: dict[str, Any]
+
+
+def add_cloud_rows(t: SummaryTable, agent: EdgeAgent, frames: int, stream_bytes: float) -> None:
+    """The `cloud escalation` section: hard frames, share escalated, answers, bytes, fusion."""
+    esc = agent.escalation.counters if agent.escalation is not None else None
+    worker = agent.workers[0]
+    t.section("cloud escalation")
+    if esc is not None:
+        sent, bytes_sent = esc.sent, esc.bytes_sent
+        t.add("hard frames", f"{esc.hard} ({esc.refused_budget} over budget)")
+        t.add("escalated", f"{sent} frames = {100.0 * sent / max(frames, 1):.1f}% of analysed")
+        t.add("answers", f"{esc.answered} answered, {esc.failed} failed, {esc.dropped_busy} busy")
+        t.add(
+            "bytes sent to cloud",
+            f"{bytes_sent / 1024:.0f} KiB ({bytes_sent / max(sent, 1) / 1024:.1f} KiB/frame; "
+            f"{100.0 * bytes_sent / max(stream_bytes, 1):.0f}% of the camera's H.264 stream)",
+        )
+    f = worker.counters.fusion
+    t.add("answers fused", f"{f.answers} ({f.late} too late)")
+    t.add("tracks by fusion", f"{f.confirmed} confirmed, {f.reclassified} reclassified, "
+          f"{f.rejected} rejected, {f.removed} removed, {f.created} created")  # fmt: skip
+    agreement = worker.cloud_trust.agreement
+    if agreement is not None:
+        t.add("cloud agreement", f"{100.0 * agreement:.0f}% of sure edge tracks seen by the "
+              f"cloud ({worker.cloud_trust.checked} checked)")  # fmt: skip
+
+
+def video_lines(video: AnnotatedVideoWriter | None) -> list[str]:
+    """The `annotated video` lines of the summary."""
+    text = "not written (--no-video)"
+    if video is not None:
+        text = f"{video.path} ({video.frames_written} frames"
+        text += f", {video.frames_dropped} dropped)" if video.frames_dropped else ")"
+    return ["-- annotated video", f"  {text}"]

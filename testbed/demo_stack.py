@@ -5,7 +5,9 @@ service in-process (the committed cloud model on ONNX Runtime CPU, a free loopba
 camera (`RtspServer` looping the scene, or the file source paced at its frame rate), the MQTT
 broker (`testbed.broker`, or an external one), the alert feed (`AlertFeed`) and the edge agent
 (built, not started) with its outcome hook and the annotated video writer. A component that does
-not start raises `DemoError` naming it.
+not start raises `DemoError` naming it. The real-footage mode (`testbed.demo_real`) starts the
+same components from its own configs with `start_cloud_service`, `start_camera`, `start_mqtt`,
+`temporary_outbox` and `watch_agent`.
 """
 
 from __future__ import annotations
@@ -92,17 +94,23 @@ def prepare_scene(spec: ScenarioSpec, scenes_dir: Path) -> SceneFolder:
 
 def start_cloud(models: Models, threads: int) -> CloudService:
     """The cloud service with the committed cloud model (ONNX Runtime, CPU) on a free port."""
-    config = CloudServiceConfig(
-        server=ServerConfig(listen_address="127.0.0.1:0", grace_period_s=1.0),
-        engine=DetectorConfig(
-            runtime=OnnxRuntimeConfig(model_path=models.cloud, intra_op_threads=threads),
-            class_names=models.class_names,
-            input_size=(models.cloud_imgsz, models.cloud_imgsz),
-        ),
-        batching=BatchingConfig(max_batch_size=2),
-        model_name=models.cloud.stem,
-        model_version="committed",
+    return start_cloud_service(
+        CloudServiceConfig(
+            server=ServerConfig(listen_address="127.0.0.1:0", grace_period_s=1.0),
+            engine=DetectorConfig(
+                runtime=OnnxRuntimeConfig(model_path=models.cloud, intra_op_threads=threads),
+                class_names=models.class_names,
+                input_size=(models.cloud_imgsz, models.cloud_imgsz),
+            ),
+            batching=BatchingConfig(max_batch_size=2),
+            model_name=models.cloud.stem,
+            model_version="committed",
+        )
     )
+
+
+def start_cloud_service(config: CloudServiceConfig) -> CloudService:
+    """Build and start the cloud service of `config`; `DemoError` when it does not start."""
     try:
         service = build_service(config)
         service.server.start()
@@ -187,8 +195,9 @@ def step(say: Callable[[str], None], what: str) -> Iterator[None]:
 class Stack:
     """What the run started, for the summary and the shutdown."""
 
-    scene: SceneFolder
-    scene_frames: int
+    scene: SceneFolder | None  # the scripted scene; None for real footage
+    clip: Path  # the video the camera serves
+    scene_frames: int  # frames in one pass of the clip
     scene_fps: float
     models: Models
     cloud: CloudService
@@ -212,57 +221,49 @@ def start_stack(args: argparse.Namespace, say: Printer, stack: contextlib.ExitSt
     with step(say, "starting the cloud service"):
         say(f"== cloud service: {models.cloud.name} on ONNX Runtime (CPU) ...")
         cloud = start_cloud(models, args.cloud_threads)
-        stack.callback(cloud.close)
-        stack.callback(lambda: cloud.server.stop(grace=1.0).wait(5.0))
+        stop_cloud_with(stack, cloud)
         say(f"   gRPC on 127.0.0.1:{cloud.port}")
     assert scene.video is not None  # noqa: S101 - written with video on
     with step(say, "starting the camera"):
         camera, url = start_camera(args.camera, scene.video, say, stack)
     with step(say, "starting the MQTT broker"):
-        if args.mqtt_host:
-            host, port = args.mqtt_host, args.mqtt_port
-            broker = f"external {host}:{port}"
-        else:
-            local = start_broker(args.broker, args.out / "broker")
-            stack.callback(local.stop)
-            broker, host, port = local.kind, local.host, local.port
-        say(f"== MQTT broker: {broker} at {host}:{port}")
-        feed = AlertFeed(host, port, TOPIC_PREFIX, AGENT_ID, models.class_names, say)
-        stack.callback(feed.close)
-        if not feed.wait_subscribed(SUBSCRIBE_TIMEOUT_S):
-            raise DemoError(f"cannot subscribe on the MQTT broker at {host}:{port}")
+        broker, host, port, feed = start_mqtt(
+            args, TOPIC_PREFIX, AGENT_ID, models.class_names, say, stack
+        )
     with step(say, "starting the edge agent"):
-        outbox_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="demo-")))
-        at = Endpoints(url, host, port, f"127.0.0.1:{cloud.port}", outbox_dir / "outbox.sqlite3")
+        at = Endpoints(url, host, port, f"127.0.0.1:{cloud.port}", temporary_outbox(stack))
         document = agent_document(scene, models, at, args.escalation_fps)
         say(f"== edge agent: {models.edge.name}, tracker, rules, escalation <= "
             f"{args.escalation_fps:g} frames/s")  # fmt: skip
         agent = EdgeAgent.from_config(EdgeAgentConfig.model_validate(document))
-        video = None
-        if not args.no_video:
-            annotator = FrameAnnotator(models.class_names, overlay_of(document))
-            video = AnnotatedVideoWriter(args.out / "annotated.mp4", annotator, fps=spec.fps)
-            stack.callback(video.close)
-        recorder = RunRecorder(models.class_names, video)
-        agent.hooks.append(recorder)
+        video, recorder = watch_agent(
+            agent, models.class_names, overlay_of(document), spec.fps, args, stack
+        )
     return Stack(
-        scene,
-        spec.n_frames,
-        spec.fps,
-        models,
-        cloud,
-        camera,
-        url,
-        broker,
-        agent,
-        feed,
-        recorder,
-        video,
+        scene=scene,
+        clip=scene.video,
+        scene_frames=spec.n_frames,
+        scene_fps=spec.fps,
+        models=models,
+        cloud=cloud,
+        camera=camera,
+        camera_url=url,
+        broker=broker,
+        agent=agent,
+        feed=feed,
+        recorder=recorder,
+        video=video,
     )
 
 
+def stop_cloud_with(stack: contextlib.ExitStack, cloud: CloudService) -> None:
+    """Have `stack` stop the cloud service's server and close it."""
+    stack.callback(cloud.close)
+    stack.callback(lambda: cloud.server.stop(grace=1.0).wait(5.0))
+
+
 def start_camera(
-    choice: str, video: Path, say: Printer, stack: contextlib.ExitStack
+    choice: str, video: Path, say: Printer, stack: contextlib.ExitStack, what: str = "the scene"
 ) -> tuple[str, str]:
     """("rtsp", url) with a started RTSP server, or ("file", path) for the paced file source."""
     reason = rtsp_server_unavailable_reason() if choice != "file" else "--camera file"
@@ -270,9 +271,59 @@ def start_camera(
         server = RtspServer(video, mount="camera")
         server.start()
         stack.callback(server.stop)
-        say(f"== camera: RTSP server (GStreamer) looping the scene at {server.url}")
+        say(f"== camera: RTSP server (GStreamer) looping {what} at {server.url}")
         return "rtsp", server.url
     if choice == "rtsp":
         raise DemoError(f"no RTSP server here: {reason}")
-    say(f"== camera: the scene file, paced at its frame rate (no RTSP server: {reason})")
+    say(f"== camera: {what} file, paced at its frame rate (no RTSP server: {reason})")
     return "file", str(video)
+
+
+def start_mqtt(
+    args: argparse.Namespace,
+    prefix: str,
+    agent_id: str,
+    class_names: list[str],
+    say: Printer,
+    stack: contextlib.ExitStack,
+) -> tuple[str, str, int, AlertFeed]:
+    """(broker, host, port, feed): the broker (`--mqtt-host` or a local one) and the alert feed
+    subscribed to the agent's topics on it."""
+    if args.mqtt_host:
+        host, port = args.mqtt_host, args.mqtt_port
+        broker = f"external {host}:{port}"
+    else:
+        local = start_broker(args.broker, args.out / "broker")
+        stack.callback(local.stop)
+        broker, host, port = local.kind, local.host, local.port
+    say(f"== MQTT broker: {broker} at {host}:{port}")
+    feed = AlertFeed(host, port, prefix, agent_id, class_names, say)
+    stack.callback(feed.close)
+    if not feed.wait_subscribed(SUBSCRIBE_TIMEOUT_S):
+        raise DemoError(f"cannot subscribe on the MQTT broker at {host}:{port}")
+    return broker, host, port, feed
+
+
+def temporary_outbox(stack: contextlib.ExitStack) -> Path:
+    """The agent's MQTT outbox file in a temporary folder that `stack` removes."""
+    outbox_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="demo-")))
+    return outbox_dir / "outbox.sqlite3"
+
+
+def watch_agent(
+    agent: EdgeAgent,
+    class_names: list[str],
+    overlay: SceneOverlay,
+    fps: float,
+    args: argparse.Namespace,
+    stack: contextlib.ExitStack,
+) -> tuple[AnnotatedVideoWriter | None, RunRecorder]:
+    """Hook a `RunRecorder` (and, unless `--no-video`, the annotated video writer) to `agent`."""
+    video = None
+    if not args.no_video:
+        annotator = FrameAnnotator(class_names, overlay)
+        video = AnnotatedVideoWriter(args.out / "annotated.mp4", annotator, fps=fps)
+        stack.callback(video.close)
+    recorder = RunRecorder(class_names, video)
+    agent.hooks.append(recorder)
+    return video, recorder
