@@ -405,6 +405,9 @@ class Variant:
     model's input) would roughly answer; bytes are still those of the real crops.
     `cloud_votes=False` is another what-if: `Track.cloud_vote` only confirms the track, so the
     cloud never relabels one (everything else of fusion unchanged).
+    `oracle=True` is the ceiling of the machinery: every answer is the frame's ground truth
+    (visible boxes at score 1; fusion keeps those centred in the regions of a crop request),
+    with the same budget, round trip and bytes. What it leaves to gain is the cloud model's part.
     """
 
     name: str
@@ -414,6 +417,7 @@ class Variant:
     cloud_threshold: float = 0.2
     native_crops: bool = False
     cloud_votes: bool = True
+    oracle: bool = False
     group: str = ""
     is_default: bool = False
 
@@ -470,12 +474,24 @@ def fusion_settings(config: EscalationConfig, fps: float) -> FusionSettings:
     return FusionSettings.from_config(config.fusion, fps)
 
 
+def oracle_answer(data: SceneData, index: int) -> Detections:
+    """The ground truth of frame `index` as a perfect cloud would answer it: the boxes the
+    scores count (not ignored), class ids as the edge's, score 1."""
+    truth = ground_truth_boxes([data.scene.ground_truth[index]])[0]
+    keep = ~truth.ignore
+    return Detections(
+        xyxy=truth.xyxy[keep],
+        confidence=np.ones(int(keep.sum()), dtype=np.float32),
+        class_id=truth.class_id[keep],
+    )
+
+
 def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = None) -> SimRun:
     """Run `variant` over every frame of `data` on simulated time; see the module docstring."""
     if variant.rtt_frames < 1:
         raise ValueError(f"rtt_frames must be >= 1, got {variant.rtt_frames}")
-    if variant.mode == "hybrid" and answers is None:
-        raise ValueError("a hybrid variant needs CloudAnswers")
+    if variant.mode == "hybrid" and not variant.oracle and answers is None:
+        raise ValueError("a hybrid variant needs CloudAnswers (or oracle=True)")
     names = class_names()
     config = variant.escalation
     tracker = CameraTracker.from_config(TRACKER, DETECTOR_THRESHOLD, NoEmbedder())
@@ -538,7 +554,6 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
             continue
         if decision is None or not decision.send:
             continue
-        assert answers is not None  # noqa: S101 (checked above for hybrid)
         started = time.perf_counter()
         request = request_for_decision(
             image,
@@ -558,9 +573,12 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
         run.sent_regions += int(decision.mode == "regions")
         run.bytes_sent += n_bytes
         regions = decision.regions
-        if variant.native_crops and regions:
+        if variant.oracle:
+            cloud = oracle_answer(data, index)
+        elif variant.native_crops and regions:
             cloud = above(data.cloud[index], variant.cloud_threshold)
         else:
+            assert answers is not None  # noqa: S101 (checked above for hybrid)
             cloud = above(answers.answer(request), variant.cloud_threshold)
         # `CameraWorker.escalated`: the tracker's frame index right after this frame's update.
         in_flight.append(

@@ -7,7 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench._hybrid_sim import CloudAnswers, Variant, prepare_scene, score_run, simulate
+from bench._hybrid_sim import (
+    MIN_SIDE_PX,
+    MIN_VISIBILITY,
+    CloudAnswers,
+    Variant,
+    oracle_answer,
+    prepare_scene,
+    score_run,
+    simulate,
+)
 from edge_agent.config.escalation import EscalationConfig
 from tests.fixtures.rtsp import MEDIA_CACHE_DIR
 
@@ -43,6 +52,9 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
             Variant("hybrid", "hybrid", escalation, rtt_frames=2),
         )
     }
+    oracle = simulate(data, Variant("oracle", "hybrid", escalation, rtt_frames=2, oracle=True))
+    assert oracle.sent_frames == runs["hybrid"].sent_frames  # same budget, same decisions so far
+    assert oracle.bytes_sent == runs["hybrid"].bytes_sent
     answers.close()
     assert answers.computed == 0
 
@@ -66,3 +78,15 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
         assert scores.tracking.num_frames == FRAMES
         assert scores.alerts is not None
         assert np.isfinite(scores.tracking.idf1)
+
+
+def test_oracle_answers_the_visible_ground_truth(scene_cache: Path) -> None:
+    data = prepare_scene(
+        "events", 1, render_frames=FRAMES, cache_dir=scene_cache, media_dir=MEDIA_CACHE_DIR
+    )
+    frame = data.scene.ground_truth[5]
+    answer = oracle_answer(data, 5)
+    counted = ~frame.ignored(MIN_VISIBILITY, MIN_SIDE_PX)
+    assert 0 < len(answer) == int(counted.sum())
+    assert np.all(answer.confidence == 1.0)
+    assert sorted(answer.class_id.tolist()) == sorted(frame.class_id[counted].tolist())
