@@ -60,6 +60,7 @@ from detection.slicing import (
     coverage,
     plan_tiles,
 )
+from detection.toolchain.real_import import video_frames
 from testbed.media import sample_clip
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -94,17 +95,12 @@ def make_detector(size: tuple[int, int], names: list[str], threads: int) -> Dete
 def read_frames(path: Path, indexes: Iterable[int]) -> dict[int, Image]:
     """The frames of a video at `indexes` (those it has), BGR."""
     wanted = set(indexes)
-    capture = cv2.VideoCapture(str(path))
     frames: dict[int, Image] = {}
-    index = 0
-    while wanted and index <= max(wanted):
-        ok, frame = capture.read()
-        if not ok:
+    for index, frame in video_frames(path):
+        if index > max(wanted, default=-1):
             break
         if index in wanted:
-            frames[index] = np.ascontiguousarray(frame, dtype=np.uint8)
-        index += 1
-    capture.release()
+            frames[index] = frame
     if not frames:
         raise SystemExit(f"no frames read from {path}")
     return frames

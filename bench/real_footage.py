@@ -56,6 +56,7 @@ from detection.detector import Detector
 from detection.metrics import Agreement, agreement
 from detection.model_metadata import model_file_of
 from detection.runtimes.config import OnnxRuntimeConfig
+from detection.toolchain.real_import import video_frames
 from testbed.annotate import _label
 from testbed.media import LICENCE_NOTES, sample_clip, sample_image
 
@@ -121,17 +122,7 @@ class Run:
 
 def read_frames(path: Path, every: int) -> list[Image]:
     """Every `every`-th frame of a video, BGR."""
-    capture = cv2.VideoCapture(str(path))
-    frames: list[Image] = []
-    index = 0
-    while True:
-        ok, frame = capture.read()
-        if not ok:
-            break
-        if index % every == 0:
-            frames.append(np.ascontiguousarray(frame, dtype=np.uint8))
-        index += 1
-    capture.release()
+    frames = [frame for index, frame in video_frames(path) if index % every == 0]
     if not frames:
         raise SystemExit(f"no frames read from {path}")
     return frames

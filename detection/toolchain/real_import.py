@@ -15,7 +15,7 @@ import platform
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,21 @@ class ImportSettings:
     command: str = ""
 
 
+def video_frames(path: Path) -> Iterator[tuple[int, npt.NDArray[np.uint8]]]:
+    """`(index, BGR frame)` of every frame of a video file, in order (none if unreadable)."""
+    capture = cv2.VideoCapture(str(path))
+    try:
+        index = 0
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                return
+            yield index, np.ascontiguousarray(frame, dtype=np.uint8)
+            index += 1
+    finally:
+        capture.release()
+
+
 def read_frames(
     paths: Sequence[Path], every: int
 ) -> tuple[list[npt.NDArray[np.uint8]], list[npt.NDArray[np.uint8]]]:
@@ -83,19 +98,14 @@ def read_frames(
                 raise ExportError(f"cannot read calibration image {file}")
             calibration.append(np.asarray(image, dtype=np.uint8))
             continue
-        capture = cv2.VideoCapture(str(file))
-        index = 0
-        while True:
-            ok, frame = capture.read()
-            if not ok:
-                break
+        count = 0
+        for index, frame in video_frames(file):
             if index % every == 0:
-                calibration.append(np.asarray(frame, dtype=np.uint8))
+                calibration.append(frame)
             elif index % every == every // 2:
-                held_out.append(np.asarray(frame, dtype=np.uint8))
-            index += 1
-        capture.release()
-        if index == 0:
+                held_out.append(frame)
+            count += 1
+        if count == 0:
             raise ExportError(f"no frames could be read from {file}")
     if not calibration:
         raise ExportError("no calibration frames found in " + ", ".join(map(str, paths)))

@@ -17,6 +17,7 @@ from detection.detections import Detections
 from detection.detector import Detector
 from detection.metrics import agreement
 from detection.toolchain.model_source import load_spec, sha256_of
+from detection.toolchain.real_import import video_frames
 from testbed.media import sample_clip as sample_clip_of
 from testbed.media import sample_image
 from tests.fixtures.rtsp import MEDIA_CACHE_DIR
@@ -42,18 +43,7 @@ def _detector(name: str, input_size: tuple[int, int], threshold: float = 0.35) -
 
 
 def _every(path: Path, step: int, offset: int) -> list[npt.NDArray[np.uint8]]:
-    frames = []
-    capture = cv2.VideoCapture(str(path))
-    index = 0
-    while True:
-        ok, frame = capture.read()
-        if not ok:
-            break
-        if index % step == offset:
-            frames.append(np.asarray(frame, dtype=np.uint8))
-        index += 1
-    capture.release()
-    return frames
+    return [frame for index, frame in video_frames(path) if index % step == offset]
 
 
 @pytest.fixture(scope="module")
