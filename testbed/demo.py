@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import logging
 import sys
 import threading
@@ -292,10 +291,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         "video_frames": s.video.frames_written if s.video else 0,
         "problems": problems,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.json").write_text(json.dumps(numbers, indent=1))
-    lines.append(f"  numbers: {args.out / 'summary.json'}")
-    return Report(lines, problems, numbers)
+    return Report.written(args.out, lines, problems, numbers)
 
 
 def check_events(s: Stack, alerts: list[Any], ran_s: float) -> EventMatch:

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import copy
 import dataclasses
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -319,7 +318,4 @@ def summarise_real(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         "video_frames": s.video.frames_written if s.video else 0,
         "problems": problems,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.json").write_text(json.dumps(numbers, indent=1))
-    lines.append(f"  numbers: {args.out / 'summary.json'}")
-    return Report(lines, problems, numbers)
+    return Report.written(args.out, lines, problems, numbers)

@@ -270,6 +270,16 @@ class Report:
     problems: list[str]
     numbers: dict[str, Any]
 
+    @classmethod
+    def written(
+        cls, out: Path, lines: list[str], problems: list[str], numbers: dict[str, Any]
+    ) -> Report:
+        """The report, with `numbers` written to `out/summary.json` and a line saying where."""
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(numbers, indent=1))
+        lines.append(f"  numbers: {out / 'summary.json'}")
+        return cls(lines, problems, numbers)
+
 
 def add_cloud_rows(t: SummaryTable, agent: EdgeAgent, frames: int, stream_bytes: float) -> None:
     """The `cloud escalation` section: hard frames, share escalated, answers, bytes, fusion."""

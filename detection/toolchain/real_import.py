@@ -28,6 +28,12 @@ from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
 from detection.metrics import Agreement, agreement
+from detection.model_metadata import (
+    BOX_UNITS_KEY,
+    CLASS_NAMES_KEY,
+    MODEL_NAME_KEY,
+    MODEL_VERSION_KEY,
+)
 from detection.toolchain.export import ExportError
 from detection.toolchain.gfl_graph import (
     ADDED_NODE_PREFIXES,
@@ -223,10 +229,10 @@ def _model_row(
 
 def _metadata(spec: ModelSourceSpec, precision: str) -> dict[str, str]:
     return {
-        "class_names": json.dumps(spec.class_names),
-        "model_name": spec.name,
-        "model_version": f"{spec.version}-{precision}",
-        "box_units": "pixels",
+        CLASS_NAMES_KEY: json.dumps(spec.class_names),
+        MODEL_NAME_KEY: spec.name,
+        MODEL_VERSION_KEY: f"{spec.version}-{precision}",
+        BOX_UNITS_KEY: "pixels",
         "source": f"{spec.registry}:{spec.package_spec}",
         "licence": ", ".join(f"{lic.name} ({lic.covers})" for lic in spec.licences),
     }
