@@ -47,7 +47,10 @@ def _video_frames(path: Path) -> int:
 def test_demo_runs_one_scene_loop_end_to_end(
     demo_out: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = demo.main(["--out", str(demo_out), "--loops", "1", "--progress-s", "3"])
+    # Two loops: the agent joins a live looping stream, and on a loaded machine its first second
+    # (capture start, first inference) can drop the frames where the scene's first two people walk
+    # into the zone; the check then finds one whole loop among what it saw (seen in a CI run).
+    code = demo.main(["--out", str(demo_out), "--loops", "2", "--progress-s", "3"])
     out = capsys.readouterr().out
     assert code == demo.EXIT_OK, out
 
