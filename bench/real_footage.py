@@ -57,7 +57,7 @@ from detection.metrics import Agreement, agreement
 from detection.model_metadata import model_file_of
 from detection.runtimes.config import OnnxRuntimeConfig
 from detection.toolchain.real_import import video_frames
-from testbed.annotate import _label
+from testbed.annotate import draw_label
 from testbed.media import LICENCE_NOTES, sample_clip, sample_image
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -433,7 +433,7 @@ def _draw(frame: Image, ref: Detections, edge: Detections, names: list[str]) -> 
     for xyxy, confidence, class_id, _ in edge:
         x1, y1, x2, y2 = (round(float(v)) for v in xyxy)
         cv2.rectangle(out, (x1, y1), (x2, y2), EDGE_COLOR, 1)
-        _label(out, f"{names[class_id]} {confidence:.2f}", x1, y1 - 1, EDGE_COLOR, 0.35)
+        draw_label(out, f"{names[class_id]} {confidence:.2f}", x1, y1 - 1, EDGE_COLOR, 0.35)
     return out
 
 

@@ -74,7 +74,9 @@ def _pixels(points: Points, width: int, height: int) -> npt.NDArray[np.int32]:
     return np.array([[round(x * width), round(y * height)] for x, y in points], dtype=np.int32)
 
 
-def _label(image: ByteImage, text: str, x: int, y: int, color: Color, scale: float = 0.4) -> None:
+def draw_label(
+    image: ByteImage, text: str, x: int, y: int, color: Color, scale: float = 0.4
+) -> None:
     """Text on a filled box whose bottom-left corner is at (x, y)."""
     (w, h), base = cv2.getTextSize(text, _FONT, scale, 1)
     y = max(y, h + base)
@@ -101,7 +103,7 @@ class FrameAnnotator:
         self._draw_banner(out, info, height)
         if info.escalated:
             cv2.rectangle(out, (0, 0), (width - 1, height - 1), _ESCALATED_COLOR, 4)
-            _label(out, "ESCALATED", width - 86, 40, _ESCALATED_COLOR, 0.45)
+            draw_label(out, "ESCALATED", width - 86, 40, _ESCALATED_COLOR, 0.45)
         return out
 
     def _draw_geometry(self, out: ByteImage, width: int, height: int) -> None:
@@ -128,7 +130,7 @@ class FrameAnnotator:
                 continue
             color = track_color(tracker_id)
             cv2.rectangle(out, (x1, y1), (x2, y2), color, 2)
-            _label(out, f"#{tracker_id} {name} {confidence:.2f}", x1, y1 - 1, color)
+            draw_label(out, f"#{tracker_id} {name} {confidence:.2f}", x1, y1 - 1, color)
 
     def _draw_info(
         self, out: ByteImage, detections: Detections, info: FrameInfo, width: int
@@ -147,7 +149,7 @@ class FrameAnnotator:
         while self._recent and info.time_s - self._recent[0][0] > self.banner_s:
             self._recent.popleft()
         for row, (_, text) in enumerate(reversed(self._recent)):
-            _label(out, text, 5, height - 6 - row * 18, (0, 220, 255), 0.45)
+            draw_label(out, text, 5, height - 6 - row * 18, (0, 220, 255), 0.45)
 
 
 class AnnotatedVideoWriter:

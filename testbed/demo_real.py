@@ -202,7 +202,11 @@ def start_real_stack(args: argparse.Namespace, say: Printer, stack: contextlib.E
 
 
 def label_of(payload: Mapping[str, Any], class_names: Sequence[str]) -> str | None:
-    """The class name of an alert payload (`None` for zone events without an object)."""
+    """The class name of an alert payload (`None` for zone events without an object): its own
+    `label`, else (a payload from an agent that sends none) looked up by its class id."""
+    label = payload.get("label")
+    if isinstance(label, str):
+        return label
     class_id = payload.get("class")
     if not isinstance(class_id, int):
         return None
