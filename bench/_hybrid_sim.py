@@ -19,11 +19,9 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
-from unittest.mock import patch
 
 import numpy as np
 import numpy.typing as npt
@@ -34,26 +32,25 @@ from detection.detections import Detections
 from detection.detector import Detector
 from detection.metrics import GroundTruth, box_iou_coco, compute_metrics
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
+from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.camera import CameraConfig
 from edge_agent.config.escalation import EscalationConfig
+from edge_agent.config.motion import MotionConfig
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.detect_command import read_frames
 from edge_agent.escalation import (
-    EscalationBudget,
-    EscalationPolicy,
-    FrameSignals,
+    EscalationDecider,
     build_frame_request,
     payload_bytes,
     payload_pixels,
     request_for_decision,
 )
 from edge_agent.escalation.encode import detections_from_result
-from edge_agent.rules import RuleEngine, RuleEvent
+from edge_agent.pipeline.core import CameraPipeline
+from edge_agent.rules import RuleEvent
 from edge_agent.tracking import CameraTracker, NoEmbedder
-from edge_agent.tracking.camera_tracker import observed
-from edge_agent.tracking.fusion import CloudTrust, FusionSettings, FusionTally, fuse_answer
-from edge_agent.tracking.track import Track
+from edge_agent.tracking.fusion import FusionSettings, FusionTally
 from protos.analytics.v1 import analytics_pb2 as pb
 from testbed.alert_check import EventMatch, SceneEvent, load_expected, match_events
 from testbed.alert_check import scene_agent_config as events_agent_config
@@ -403,8 +400,6 @@ class Variant:
     crop requests are answered with the whole-frame detections (fusion keeps those centred in
     the regions), as a cloud that detected each crop at its own scale (no upscaling to the
     model's input) would roughly answer; bytes are still those of the real crops.
-    `cloud_votes=False` is another what-if: `Track.cloud_vote` only confirms the track, so the
-    cloud never relabels one (everything else of fusion unchanged).
     `oracle=True` is the ceiling of the machinery: every answer is the frame's ground truth
     (visible boxes at score 1; fusion keeps those centred in the regions of a crop request),
     with the same budget, round trip and bytes. What it leaves to gain is the cloud model's part.
@@ -416,7 +411,6 @@ class Variant:
     rtt_frames: int = 4
     cloud_threshold: float = 0.2
     native_crops: bool = False
-    cloud_votes: bool = True
     oracle: bool = False
     group: str = ""
     is_default: bool = False
@@ -449,29 +443,29 @@ def reported_ids(run: SimRun) -> set[int]:
 class _InFlight:
     due_frame: int
     frame_id: int
-    tracker_frame: int
-    regions: tuple[tuple[float, float, float, float], ...]
     cloud: Detections
 
 
-@contextmanager
-def _cloud_votes(enabled: bool) -> Iterator[None]:
-    """Fusion as it is, or (what-if) with the cloud's class votes ignored (its confirmations
-    still count)."""
-    if enabled:
-        yield
-        return
+class SimClock:
+    """Simulated monotonic seconds: the time of the frame being processed."""
 
-    def confirm_only(track: Track, _class_id: int, score: float = 1.0, hold: int = 0) -> None:
-        track.cloud_confirmed(score, hold)
+    def __init__(self) -> None:
+        self.now_s = 0.0
 
-    with patch.object(Track, "cloud_vote", confirm_only):
-        yield
+    def __call__(self) -> float:
+        return self.now_s
 
 
 def fusion_settings(config: EscalationConfig, fps: float) -> FusionSettings:
     """`FusionSettings` exactly as the agent builds them."""
     return FusionSettings.from_config(config.fusion, fps)
+
+
+def sim_camera(data: SceneData) -> CameraConfig:
+    """The scene's camera as the pipeline sees it: zones and rules on `events` scenes, analysed
+    at the scene's frame rate with the motion gate off (every frame of the test world counts)."""
+    base = data.camera or CameraConfig(name=CAMERA, url=str(data.scene.video))
+    return base.model_copy(update={"target_fps": data.fps, "motion": MotionConfig(enabled=False)})
 
 
 def oracle_answer(data: SceneData, index: int) -> Detections:
@@ -487,57 +481,51 @@ def oracle_answer(data: SceneData, index: int) -> Detections:
 
 
 def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = None) -> SimRun:
-    """Run `variant` over every frame of `data` on simulated time; see the module docstring."""
+    """Run `variant` over every frame of `data` on simulated time; see the module docstring.
+
+    The frame loop is the agent's own `CameraPipeline` (tracker, rules, escalation decision,
+    fusion); what is simulated is the detector (cached outputs), the clock and the network.
+    """
     if variant.rtt_frames < 1:
         raise ValueError(f"rtt_frames must be >= 1, got {variant.rtt_frames}")
     if variant.mode == "hybrid" and not variant.oracle and answers is None:
         raise ValueError("a hybrid variant needs CloudAnswers (or oracle=True)")
-    names = class_names()
     config = variant.escalation
-    tracker = CameraTracker.from_config(TRACKER, DETECTOR_THRESHOLD, NoEmbedder())
-    rules = None
-    if data.camera is not None:
-        rules = RuleEngine(data.camera, frame_size=(data.width, data.height), class_names=names)
-    policy = EscalationPolicy(config, EscalationBudget(config, 0.0))
-    settings = fusion_settings(config, data.fps)
-    trust = CloudTrust()
+    clock = SimClock()
+    decider = EscalationDecider(config, clock) if variant.mode == "hybrid" else None
+    pipeline = CameraPipeline(
+        sim_camera(data),
+        CameraTracker.from_config(TRACKER, DETECTOR_THRESHOLD, NoEmbedder()),
+        class_names(),
+        fusion=fusion_settings(config, data.fps),
+        escalator=decider,
+        clock=lambda: SCENE_START_S + clock.now_s,
+    )
     rtt_s = variant.rtt_frames / data.fps
     in_flight: list[_InFlight] = []
     run = SimRun()
     for index, image in enumerate(data.frames()):
-        now = index / data.fps
+        clock.now_s = now = index / data.fps
         started = time.perf_counter()
-        while in_flight and in_flight[0].due_frame <= index:  # EdgeAgent._fuse_answers
+        while in_flight and in_flight[0].due_frame <= index:  # as `EdgeAgent._fuse_answers`
             answer = in_flight.pop(0)
-            policy.budget.observe(now, rtt_s=rtt_s)
-            before = {t.track_id for t in tracker.tracker.tracks}
-            with _cloud_votes(variant.cloud_votes):
-                fused = fuse_answer(
-                    tracker.tracker,
-                    answer.tracker_frame,
-                    answer.cloud,
-                    regions=answer.regions,
-                    settings=settings,
-                    trust=trust,
-                )
-            run.fusion.add(fused)
-            if fused.rejected and rules is not None:
-                run.events += rules.withdraw(fused.rejected)
-            run.created_ids.update({t.track_id for t in tracker.tracker.tracks} - before)
+            assert decider is not None  # noqa: S101 (only hybrid runs send)
+            decider.observe_answer(rtt_s=rtt_s)
+            before = {t.track_id for t in pipeline.tracker.tracker.tracks}
+            pipeline.fuse(answer.frame_id, answer.cloud)
+            run.created_ids.update({t.track_id for t in pipeline.tracker.tracker.tracks} - before)
         if variant.mode == "cloud":
             detections = above(data.cloud[index], variant.cloud_threshold)
         else:
             detections = data.edge[index]
-        tracked = tracker.update(image, detections)
-        if rules is not None:
-            run.events += rules.update(observed(tracked, detections), SCENE_START_S + now)
-        run.outputs.append(tracked)
-        decision = None
-        if variant.mode == "hybrid":
-            signals = FrameSignals.from_frame(
-                tracked, tracker.tracker.tracks, data.width, data.height, config, None
-            )
-            decision = policy.decide(signals, CAMERA, now)
+        frame = CapturedFrame(CAMERA, index, SCENE_START_S + now, now, image)
+        if not pipeline.admit(frame):
+            raise RuntimeError(f"frame {index} of {data.label} not admitted at the scene's rate")
+        outcome = pipeline.process(frame, detections)
+        run.events += outcome.events
+        run.outputs.append(outcome.detections)
+        decision = outcome.decision
+        if decision is not None:
             run.hard += int(bool(decision.reasons))
             run.refused_budget += int(decision.refused_by_budget)
         loop_ms = (time.perf_counter() - started) * 1000.0
@@ -554,6 +542,7 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
             continue
         if decision is None or not decision.send:
             continue
+        assert decider is not None  # noqa: S101 (a decision comes from it)
         started = time.perf_counter()
         request = request_for_decision(
             image,
@@ -567,25 +556,21 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
         )
         run.encode_ms.append((time.perf_counter() - started) * 1000.0)
         n_bytes = payload_bytes(request)
-        policy.record_encoded(CAMERA, decision, n_bytes, payload_pixels(request))
+        decider.record_encoded(CAMERA, decision, n_bytes, payload_pixels(request))
         run.sent += 1
         run.sent_frames.append(index)
         run.sent_regions += int(decision.mode == "regions")
         run.bytes_sent += n_bytes
-        regions = decision.regions
         if variant.oracle:
             cloud = oracle_answer(data, index)
-        elif variant.native_crops and regions:
+        elif variant.native_crops and decision.regions:
             cloud = above(data.cloud[index], variant.cloud_threshold)
         else:
             assert answers is not None  # noqa: S101 (checked above for hybrid)
             cloud = above(answers.answer(request), variant.cloud_threshold)
-        # `CameraWorker.escalated`: the tracker's frame index right after this frame's update.
-        in_flight.append(
-            _InFlight(
-                index + variant.rtt_frames, index, tracker.tracker.frame_index, regions, cloud
-            )
-        )
+        in_flight.append(_InFlight(index + variant.rtt_frames, index, cloud))
+    run.events += pipeline.withdrawn()
+    run.fusion = pipeline.counters.fusion
     return run
 
 

@@ -69,7 +69,6 @@ from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig, EscalationConfig
 from edge_agent.escalation import EscalationClient
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
-from edge_agent.pipeline.camera import CameraWorker
 from edge_agent.pipeline.escalation import EscalationStage
 from testbed.demo_report import percentile
 
@@ -135,7 +134,7 @@ class StageTotals:
     events: int = 0
     escalated: int = 0  # frames the escalation stage decided to send
     escalate_s: float = 0.0  # the escalation decision (policy) on each frame, in the loop
-    fuse_s: float = 0.0  # collecting and fusing the cloud's answers, in the loop
+    fuse_s: float = 0.0  # fusing the cloud's answers into the tracks, in the loop
 
     def hook(self, cameras: int) -> Callable[[FrameOutcome], None]:
         """An outcome hook adding to these totals (a batch's detect time split over its frames)."""
@@ -147,6 +146,7 @@ class StageTotals:
             self.rules_s += outcome.rules_s
             self.events += len(outcome.events)
             self.escalated += int(outcome.escalated)
+            self.escalate_s += outcome.escalate_s
 
         return add
 
@@ -204,28 +204,6 @@ def bare_feed(detector: Detector, cameras: int) -> Callable[[Image, int], None]:
     return feed
 
 
-class TimedAgent(EdgeAgent):
-    """An `EdgeAgent` adding the time of its in-loop escalation work to `totals`."""
-
-    totals: StageTotals | None = None  # set by `pipeline_agent`
-
-    def _escalate(self, worker: CameraWorker, outcome: FrameOutcome) -> FrameOutcome:
-        started = time.perf_counter()
-        try:
-            return super()._escalate(worker, outcome)
-        finally:
-            if self.totals is not None:
-                self.totals.escalate_s += time.perf_counter() - started
-
-    def _fuse_answers(self) -> None:
-        started = time.perf_counter()
-        try:
-            super()._fuse_answers()
-        finally:
-            if self.totals is not None:
-                self.totals.fuse_s += time.perf_counter() - started
-
-
 class SceneClock:
     """Monotonic seconds on the scene's clock: the capture time of the frame being fed."""
 
@@ -248,20 +226,16 @@ def pipeline_agent(
     wall_base, mono_base = time.time(), time.monotonic()
     clock = SceneClock(mono_base)
     escalation = None
-    kind = EdgeAgent
     if config.escalation.enabled:
         client = EscalationClient(config.escalation, config.agent.id)
         escalation = EscalationStage(config.escalation, config.agent.id, client, clock=clock)
-        kind = TimedAgent
-    agent = kind(
+    agent = EdgeAgent(
         config,
         detector_for(config),
         AlertPublisher(config.mqtt, config.agent.id),
         embedder=embedder_named(embedder),
         escalation=escalation,
     )
-    if isinstance(agent, TimedAgent):
-        agent.totals = stages
     missing = 0
 
     def feed(image: Image, index: int) -> None:
@@ -273,7 +247,9 @@ def pipeline_agent(
                 worker.name, index, wall_base + offset_s, mono_base + offset_s, image
             )
             worker.source.slot.put(frame)
+        fused_s = sum(w.counters.fuse_s for w in agent.workers)
         missing += len(agent.workers) - agent.step(0.0)
+        stages.fuse_s += sum(w.counters.fuse_s for w in agent.workers) - fused_s
 
     try:
         agent.hooks.append(stages.hook(len(agent.workers)))

@@ -100,6 +100,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("new tracks >= 0.5", {"fusion": {"new_track_min_score": 0.5}}),
         ("box correction 0.5", {"fusion": {"box_correction_gain": 0.5}}),
+        ("relabel off", {"fusion": {"relabel": False}}),
     ]
     for label, updates in policy:
         out.append(
@@ -134,11 +135,10 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
                 f"oracle {fps:g} f/s", "hybrid", _budget(fps), oracle=True, group=ORACLE, **common
             )
         )
-    # What-ifs (see `Variant`): crops detected at their own scale; no cloud class votes.
+    # What-ifs (see `Variant`): crops detected at their own scale.
     what_if: list[tuple[str, float, dict[str, Any]]] = [
         ("native-scale crops", default_fps, {"native_crops": True}),
         ("native-scale crops", 4.0, {"native_crops": True}),
-        ("no cloud class votes", default_fps, {"cloud_votes": False}),
     ]
     for label, fps, flags in what_if:
         out.append(

@@ -215,6 +215,13 @@ class FusionConfig(StrictModel):
             "positives than found objects (bench.hybrid_tradeoff)."
         ),
     )
+    relabel: bool = Field(
+        default=True,
+        description=(
+            "Let a trusted cloud answer count as a heavy vote in a track's class; false: cloud "
+            "answers only vouch for tracks (score, hold) and never change their class."
+        ),
+    )
     remove_tentative: bool = Field(
         default=True,
         description="Remove tentative tracks in the looked-at area that the cloud did not see.",

@@ -12,6 +12,7 @@ from edge_agent.escalation.client import (
     EscalationClientError,
     EscalationResult,
 )
+from edge_agent.escalation.decider import EscalationDecider
 from edge_agent.escalation.encode import (
     build_frame_request,
     encode_jpeg,
@@ -31,6 +32,7 @@ __all__ = [
     "EscalationBudget",
     "EscalationClient",
     "EscalationClientError",
+    "EscalationDecider",
     "EscalationDecision",
     "EscalationPolicy",
     "EscalationResult",

@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from configkit.secrets import SecretError
 from detection.detector import Detector
@@ -207,23 +207,14 @@ class EdgeAgent:
             self._publish_events(outcome.events)
             if self.telemetry is not None:
                 self.telemetry.on_outcome(outcome)
-            outcome = self._escalate(worker, outcome)
+            decision = outcome.decision
+            if self.escalation is not None and decision is not None and decision.send:
+                self.escalation.submit(worker.name, frame, decision)
             for hook in self.hooks:
                 hook(outcome)
         return len(batch)
 
     # ---- escalation and fusion ---------------------------------------------------------------
-
-    def _escalate(self, worker: CameraWorker, outcome: FrameOutcome) -> FrameOutcome:
-        if self.escalation is None:
-            return outcome
-        decision = self.escalation.consider(
-            outcome, worker.tracker.tracker.tracks, outcome.motion_score
-        )
-        if decision is None or not decision.send:
-            return outcome
-        worker.escalated(outcome.frame.index, decision.regions)
-        return replace(outcome, escalated=True)
 
     def _fuse_answers(self) -> None:
         if self.escalation is None:
@@ -243,12 +234,9 @@ class EdgeAgent:
         if worker is None or not result.ok or result.result is None:
             return
         cloud = detections_from_result(result.result, self.detector.class_names)
-        fused = worker.fuse(result.frame_id, cloud, self._fusion_settings_for(worker))
+        fused = worker.fuse(result.frame_id, cloud)
         if fused is not None and fused.dropped_late:
             logger.debug("camera %s: answer for frame %d too late", worker.name, result.frame_id)
-
-    def _fusion_settings_for(self, worker: CameraWorker) -> FusionSettings:
-        return FusionSettings.from_config(self.config.escalation.fusion, worker.config.target_fps)
 
     def _worker(self, name: str) -> CameraWorker | None:
         return next((w for w in self.workers if w.name == name), None)
@@ -286,7 +274,10 @@ class EdgeAgent:
                     rule.name,
                     unknown,
                 )
-        self.workers.append(CameraWorker(camera, source, tracker, names))
+        fusion = FusionSettings.from_config(self.config.escalation.fusion, camera.target_fps)
+        self.workers.append(
+            CameraWorker(camera, source, tracker, names, fusion=fusion, escalator=self.escalation)
+        )
 
     def _on_state_change(
         self, camera: str, _old: CaptureState, new: CaptureState, reason: str

@@ -1,7 +1,8 @@
 """`EscalationStage`: hard frames from the frame loop to the cloud, without ever waiting for it.
 
-The frame loop calls `consider` on each analysed frame: the policy scores it and spends the
-budget (fast, pure). A frame to send goes to a small queue; an encoder thread makes the JPEG and
+Each camera's pipeline calls `decide` on its analysed frames: the policy scores a frame and
+spends the budget (fast, pure: `EscalationDecider`). The frame loop `submit`s a frame to send to
+a small queue; an encoder thread makes the JPEG and
 hands the request to the `EscalationClient`, whose own thread talks gRPC. The loop collects the
 answers with `poll` and passes them to fusion. With the cloud unreachable nothing is decided or
 encoded at all, and the agent goes on alone (the client reconnects in the background).
@@ -14,25 +15,22 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from edge_agent.capture import CapturedFrame
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.escalation import (
-    EscalationBudget,
     EscalationClient,
     EscalationDecision,
-    EscalationPolicy,
     EscalationResult,
     FrameSignals,
     payload_bytes,
     payload_pixels,
     request_for_decision,
 )
-from edge_agent.escalation.policy import TrackLike
+from edge_agent.escalation.decider import EscalationDecider
 from edge_agent.metrics import EdgeMetrics
-from edge_agent.pipeline.camera import FrameOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +73,7 @@ class EscalationStage:
         self.agent_id = agent_id
         self.client = client
         self.metrics = metrics
-        self._clock = clock
-        self.policy = EscalationPolicy(config, EscalationBudget(config, clock()))
+        self.decider = EscalationDecider(config, clock)
         self.counters = EscalationCounters()
         self._lock = threading.Lock()  # policy, budget and counters: loop and encoder share them
         self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.max_in_flight)
@@ -101,46 +98,41 @@ class EscalationStage:
         """Whether the cloud stream is up."""
         return self.client.connected
 
-    def consider(
-        self,
-        outcome: FrameOutcome,
-        tracks: Sequence[TrackLike],
-        motion_score: float | None = None,
-    ) -> EscalationDecision | None:
-        """Decide on one analysed frame; queue it for sending when hard and within budget."""
+    def decide(self, signals: FrameSignals, camera: str) -> EscalationDecision | None:
+        """Decide on one analysed frame (the `Escalator` of the camera pipelines); None while
+        the cloud is unreachable. The frame loop then `submit`s the frames to send."""
         with self._lock:
             self.counters.considered += 1
             if not self.client.connected:
                 self.counters.offline += 1
                 return None
-            height, width = outcome.frame.image.shape[:2]
-            signals = FrameSignals.from_frame(
-                outcome.detections, tracks, width, height, self.config, motion_score
-            )
-            decision = self.policy.decide(signals, outcome.camera, self._clock())
+            decision = self.decider.decide(signals, camera)
             if decision.reasons:
                 self.counters.hard += 1
             if decision.refused_by_budget:
                 self.counters.refused_budget += 1
-                self._observe(outcome.camera, "dropped_budget")
-        if not decision.send:
-            return decision
+        if decision.refused_by_budget:
+            self._observe(camera, "dropped_budget")
+        return decision
+
+    def submit(self, camera: str, frame: CapturedFrame, decision: EscalationDecision) -> bool:
+        """Queue a frame decided to be sent for encoding and sending; False when the encoder is
+        busy (the frame is then counted as dropped, and its answer never comes)."""
         try:
-            self._jobs.put_nowait(_Job(outcome.camera, outcome.frame, decision))
+            self._jobs.put_nowait(_Job(camera, frame, decision))
         except queue.Full:
             with self._lock:
                 self.counters.dropped_busy += 1
-            self._observe(outcome.camera, "failed")
-        return decision
+            self._observe(camera, "failed")
+            return False
+        return True
 
     def poll(self) -> list[EscalationResult]:
         """Answers (and failures) that came back since the last call; feeds the back-off."""
         results = self.client.poll_results()
-        now = self._clock()
         with self._lock:
             for result in results:
-                self.policy.budget.observe(
-                    now,
+                self.decider.observe_answer(
                     rtt_s=result.rtt_s,
                     queue_time_ms=result.queue_time_ms,
                     overloaded=result.overloaded,
@@ -188,7 +180,7 @@ class EscalationStage:
                 self.counters.bytes_sent += n_bytes
             else:
                 self.counters.dropped_busy += 1
-            self.policy.record_encoded(job.camera, job.decision, n_bytes, payload_pixels(request))
+            self.decider.record_encoded(job.camera, job.decision, n_bytes, payload_pixels(request))
         self._observe(job.camera, "sent" if sent else "failed")
 
     def _observe(self, camera: str, outcome: str) -> None:

@@ -6,7 +6,7 @@ against the boxes the tracks had *at that frame* (`Track.history`), then:
 - only confident cloud boxes count (`min_cloud_score`), one per object whatever its class;
 - a matched track whose box agrees with the cloud's (`confirm_iou`) is *confirmed*: it is
   reported with at least the cloud's score, for `hold_frames` even where the edge misses it,
-  and takes the cloud's class as a heavy vote; a tentative one is confirmed at once; the
+  and takes the cloud's class as a heavy vote (`relabel`); a tentative one is confirmed at once; the
   current state can be nudged by the cloud's box offset (`box_correction_gain`);
 - a track the cloud looked at and returned no box for at all (not even a weak one of another
   class) is *rejected* when the edge never scored it well (`reject_below_edge_score`): it is no
@@ -63,6 +63,7 @@ class FusionSettings:
     box_correction_gain: float = 0.5
     new_track_min_score: float = 0.5
     remove_tentative: bool = True
+    relabel: bool = True
     history_tolerance_frames: int = 1
     confirm_iou: float = 0.5
     reject_below_edge_score: float = 0.7
@@ -81,6 +82,7 @@ class FusionSettings:
             box_correction_gain=config.box_correction_gain,
             new_track_min_score=config.new_track_min_score,
             remove_tentative=config.remove_tentative,
+            relabel=config.relabel,
             confirm_iou=config.confirm_iou,
             reject_below_edge_score=config.reject_below_edge_score,
             min_agreement=config.min_agreement,
@@ -271,12 +273,12 @@ def fuse_answer(
             confirmed += 1
         if 1.0 - float(cost[t, r]) >= s.confirm_iou:
             score = float(cloud.confidence[c])
-            if trusted:
+            if trusted and s.relabel:
                 before = track.class_id
                 track.cloud_vote(int(cloud.class_id[c]), score, s.hold_frames)
                 reclassified += int(track.class_id != before)
             else:
-                track.cloud_confirmed(score)
+                track.cloud_confirmed(score, s.hold_frames if trusted else 0)
         offset = xyxy_to_xyah(cloud.xyxy[c]) - xyxy_to_xyah(box_then)
         track.mean[:4] = track.mean[:4] + s.box_correction_gain * offset
 

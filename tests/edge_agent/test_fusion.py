@@ -44,6 +44,18 @@ def test_cloud_class_overrides_a_young_tracks_edge_class_but_not_a_long_history(
     assert track.class_id == CAR  # twelve edge frames outweigh one cloud answer (weight 5)
 
 
+def test_with_relabel_off_the_cloud_vouches_for_a_track_but_keeps_its_class() -> None:
+    tracker = DeepSortTracker(n_init=2)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
+    (track,) = tracker.tracks
+    settings = FusionSettings(relabel=False, hold_frames=6)
+    result = fuse_answer(tracker, 1, _dets((*_moving_box(1), 0.95, PERSON)), settings=settings)
+    assert (result.matched, result.reclassified) == (1, 0)
+    assert track.class_id == CAR
+    assert (track.cloud_score, track.cloud_hold) == (pytest.approx(0.95), 6)
+
+
 def test_a_tentative_track_is_confirmed_or_removed_by_the_cloud() -> None:
     tracker = DeepSortTracker(n_init=5)
     for f in range(3):

@@ -1,5 +1,5 @@
-"""Parts of the frame loop: frame-rate limiter, motion gate, camera URLs, status document, and a
-camera worker folding a cloud rejection into its alerts."""
+"""Parts of the frame loop: frame-rate limiter, motion gate, camera URLs, status document (the
+per-camera core is in test_pipeline_core.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,9 @@ import numpy as np
 import pytest
 
 from configkit.secrets import SecretError
-from detection.detections import Detections
-from edge_agent.capture.frames import CapturedFrame
 from edge_agent.capture.urls import camera_url, redact_url
 from edge_agent.config import CameraConfig, MotionConfig
-from edge_agent.config.tracker import TrackerConfig
 from edge_agent.pipeline import CameraStatus, FrameRateLimiter, MotionGate
-from edge_agent.pipeline.camera import CameraWorker
-from edge_agent.tracking import CameraTracker, NoEmbedder
-from edge_agent.tracking.fusion import FusionSettings
 
 
 @pytest.mark.parametrize(
@@ -122,34 +116,3 @@ def test_status_document_reports_state_rate_and_counters() -> None:
     assert document["since"] == "2025-11-30T06:55:50.000Z"
     assert (document["frames_analysed"], document["frames_dropped"]) == (20, 3)
     assert document["schema"] == "edge-camera-status/v1"
-
-
-def test_a_track_the_cloud_rejects_has_its_alert_retracted_with_the_next_frame() -> None:
-    camera = CameraConfig.model_validate(
-        {
-            "name": "cam",
-            "url": "/x.mp4",
-            "zones": [{"name": "z", "units": "pixel",
-                       "points": [[0, 0], [100, 0], [100, 100], [0, 100]]}],
-            "rules": [{"name": "enter", "kind": "zone_enter", "zone": "z", "cooldown_s": 0.0}],
-        }
-    )  # fmt: skip
-    tracker = CameraTracker.from_config(TrackerConfig(embedder="none", n_init=1), 0.3, NoEmbedder())
-    worker = CameraWorker(camera, source=None, tracker=tracker, class_names=["person"])  # type: ignore[arg-type]
-    image = np.zeros((200, 200, 3), np.uint8)
-
-    def step(index: int, x: float) -> list[str]:
-        frame = CapturedFrame("cam", index, 100.0 + index, float(index), image)
-        box = Detections(np.array([[x, 40.0, x + 40.0, 60.0]]), np.array([0.5]), np.array([0]))
-        outcome = worker.process(frame, box, 0.0)
-        if index == 2:
-            worker.escalated(index, ())
-        return [f"{e.kind}/{e.phase}" for e in outcome.events]
-
-    assert step(0, 90.0) == [] and step(1, 85.0) == []  # anchored at x + 20: outside
-    assert step(2, 75.0) == ["zone_enter/start"]
-    result = worker.fuse(2, Detections.empty(), FusionSettings(min_agreement=0.0))
-    assert result is not None and len(result.rejected) == 1
-    assert worker.counters.fusion.rejected == 1
-    assert step(3, 75.0) == ["zone_enter/retract"]  # and the track is no longer reported
-    assert step(4, 75.0) == []

@@ -1,0 +1,124 @@
+"""`CameraPipeline`, the per-camera frame-loop core: frame choice, escalation decisions on an
+injected clock, fusion of answers, retractions of cloud-rejected tracks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detection.detections import Detections
+from edge_agent.capture.frames import CapturedFrame
+from edge_agent.config import CameraConfig, EscalationConfig
+from edge_agent.config.tracker import TrackerConfig
+from edge_agent.escalation import EscalationDecider, EscalationDecision, FrameSignals
+from edge_agent.pipeline import CameraPipeline
+from edge_agent.tracking import CameraTracker, NoEmbedder
+from edge_agent.tracking.fusion import FusionSettings
+
+IMAGE = np.zeros((200, 200, 3), np.uint8)
+
+
+def _camera(**updates: object) -> CameraConfig:
+    document: dict[str, object] = {
+        "name": "cam",
+        "url": "/x.mp4",
+        "target_fps": 10.0,
+        "motion": {"enabled": False},
+        "zones": [{"name": "z", "units": "pixel",
+                   "points": [[0, 0], [100, 0], [100, 100], [0, 100]]}],
+        "rules": [{"name": "enter", "kind": "zone_enter", "zone": "z", "cooldown_s": 0.0}],
+    }  # fmt: skip
+    document.update(updates)
+    return CameraConfig.model_validate(document)
+
+
+def _tracker() -> CameraTracker:
+    return CameraTracker.from_config(TrackerConfig(embedder="none", n_init=1), 0.3, NoEmbedder())
+
+
+def _frame(index: int, fps: float = 10.0) -> CapturedFrame:
+    return CapturedFrame("cam", index, 100.0 + index / fps, index / fps, IMAGE)
+
+
+def _box(x: float, score: float = 0.5) -> Detections:
+    return Detections(np.array([[x, 40.0, x + 40.0, 60.0]]), np.array([score]), np.array([0]))
+
+
+class SendFrames:
+    """An escalator sending exactly the frames listed (by the order they are decided on)."""
+
+    def __init__(self, send: set[int]) -> None:
+        self.config = EscalationConfig()
+        self.send = send
+        self.decided = 0
+
+    def decide(self, signals: FrameSignals, camera: str) -> EscalationDecision:
+        send = self.decided in self.send
+        self.decided += 1
+        return EscalationDecision(send=send, score=1.0, reasons=("refresh",) if send else ())
+
+
+def test_a_track_the_cloud_rejects_has_its_alert_retracted_with_the_next_frame() -> None:
+    pipeline = CameraPipeline(
+        _camera(),
+        _tracker(),
+        ["person"],
+        fusion=FusionSettings(min_agreement=0.0),
+        escalator=SendFrames({2}),
+    )
+
+    def step(index: int, x: float) -> list[str]:
+        outcome = pipeline.process(_frame(index), _box(x))
+        assert outcome.escalated == (index == 2)
+        return [f"{e.kind}/{e.phase}" for e in outcome.events]
+
+    assert step(0, 90.0) == [] and step(1, 85.0) == []  # anchored at x + 20: outside
+    assert step(2, 75.0) == ["zone_enter/start"]
+    assert pipeline.awaiting == 1
+    assert pipeline.fuse(1, Detections.empty()) is None  # never sent: nothing to fuse
+    result = pipeline.fuse(2, Detections.empty())
+    assert result is not None and len(result.rejected) == 1
+    assert pipeline.counters.fusion.rejected == 1 and pipeline.awaiting == 0
+    assert step(3, 75.0) == ["zone_enter/retract"]  # and the track is no longer reported
+    assert step(4, 75.0) == []
+
+
+def test_finishing_a_camera_sends_the_retractions_still_pending() -> None:
+    pipeline = CameraPipeline(
+        _camera(), _tracker(), ["person"], fusion=FusionSettings(min_agreement=0.0),
+        escalator=SendFrames({2}),
+    )  # fmt: skip
+    for index, x in enumerate((90.0, 85.0)):
+        assert pipeline.process(_frame(index), _box(x)).events == []
+    assert [e.phase for e in pipeline.process(_frame(2), _box(75.0)).events] == ["start"]
+    result = pipeline.fuse(2, Detections.empty())
+    assert result is not None and result.rejected
+    assert [e.phase for e in pipeline.finish()] == ["retract"]
+
+
+def test_the_policy_on_an_injected_clock_spends_the_budget_in_simulated_time() -> None:
+    now = [0.0]
+    config = EscalationConfig.model_validate(
+        {"per_camera_frames_per_s": 1.0, "per_agent_frames_per_s": 1.0}
+    )
+    decider = EscalationDecider(config, lambda: now[0])
+    pipeline = CameraPipeline(_camera(zones=[], rules=[]), _tracker(), ["person"],
+                              escalator=decider)  # fmt: skip
+    sent = []
+    for index in range(100):  # 10 s at 10 frames/s, a new object every frame: all hard
+        now[0] = index / 10.0
+        outcome = pipeline.process(_frame(index), _box(float(index)))
+        if outcome.escalated:
+            sent.append(index)
+    # the budget (1 frame/s, its burst at the start) decides on the simulated clock
+    assert 9 <= len(sent) <= 14
+    assert pipeline.counters.escalated == len(sent) == pipeline.awaiting
+    decider.observe_answer(rtt_s=0.1)  # an answer feeds the budget's back-off
+
+
+def test_frames_are_chosen_at_the_target_rate_and_only_with_motion() -> None:
+    pipeline = CameraPipeline(_camera(target_fps=5.0), _tracker(), ["person"])
+    admitted = [pipeline.admit(_frame(i, fps=25.0)) for i in range(49)]  # 0 .. 1.92 s
+    assert sum(admitted) == 10 and pipeline.counters.skipped_rate == 39
+    gated = CameraPipeline(_camera(motion={"enabled": True}), _tracker(), ["person"])
+    assert [gated.admit(_frame(i)) for i in range(3)].count(True) >= 1
+    assert gated.counters.skipped_motion >= 1  # a still picture: nothing new to look at
