@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +33,7 @@ from detection.detections import Detections
 from detection.detector import Detector
 from detection.metrics import GroundTruth, box_iou_coco, compute_metrics
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
+from detection.slicing import Tile
 from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.camera import CameraConfig
@@ -193,6 +195,10 @@ class SceneData:
     jpeg_quality: int
     camera: CameraConfig | None = None  # with zones, lines and rules on `events` scenes
     expected: list[SceneEvent] = field(default_factory=list)
+    class_names: list[str] = field(default_factory=lambda: class_names())  # of both models
+    tracker: TrackerConfig = TRACKER
+    detector_threshold: float = DETECTOR_THRESHOLD  # tracks start above it
+    scored_tracking: bool = True  # False: the ground truth has no identities (real footage)
 
     @property
     def n_frames(self) -> int:
@@ -326,6 +332,18 @@ def _compute_cache(scene: Scene, frames: int, jpeg_quality: int, threads: int, o
 # -- the cloud's answers ------------------------------------------------------------------------
 
 
+class Closeable(Protocol):
+    """What holds a model open."""
+
+    def close(self) -> None:
+        """Release it."""
+        ...
+
+
+ProcessorFactory = Callable[[], tuple[DetectorFrameProcessor, Closeable]]
+"""Makes the cloud's frame processor (and what to close after it)."""
+
+
 class CloudAnswers:
     """The cloud service's answer to a request: cached whole frames, crops computed once.
 
@@ -334,15 +352,22 @@ class CloudAnswers:
     quality and regions, so later runs and variants that send the same crops reuse them.
     """
 
-    def __init__(self, data: SceneData, cache_dir: Path = CACHE, threads: int = 2) -> None:
+    def __init__(
+        self,
+        data: SceneData,
+        cache_dir: Path = CACHE,
+        threads: int = 2,
+        processor: ProcessorFactory | None = None,
+    ) -> None:
         self.data = data
         self.threads = threads
+        self._factory = processor or (lambda: cloud_processor(threads))
         self.path = cache_dir / "regions" / f"{data.scene.root.name}.json"
         self._rows: dict[str, list[list[float]]] = (
             json.loads(self.path.read_text()) if self.path.is_file() else {}
         )
         self._dirty = False
-        self._processor: tuple[DetectorFrameProcessor, Detector] | None = None
+        self._processor: tuple[DetectorFrameProcessor, Closeable] | None = None
         self.computed = 0  # requests the cloud detector ran on in this process
 
     def answer(self, request: pb.FrameRequest) -> Detections:
@@ -355,9 +380,9 @@ class CloudAnswers:
         rows = self._rows.get(key)
         if rows is None:
             if self._processor is None:
-                self._processor = cloud_processor(self.threads)
+                self._processor = self._factory()
             (result,) = self._processor[0].process([request])
-            found = detections_from_result(result, class_names())
+            found = detections_from_result(result, self.data.class_names)
             rows = [
                 [*map(float, b), float(c), float(k)]
                 for b, c, k in zip(found.xyxy, found.confidence, found.class_id, strict=True)
@@ -386,6 +411,60 @@ class CloudAnswers:
         if self._processor is not None:
             self._processor[1].close()
             self._processor = None
+
+
+class EdgeCrops:
+    """The edge detector's boxes in focus crops (`edge_agent.pipeline.focus`), in crop pixels,
+    computed once per (frame, crop) and kept in a JSON file per scene like `CloudAnswers`."""
+
+    def __init__(
+        self,
+        data: SceneData,
+        cache_dir: Path = CACHE,
+        threads: int = 2,
+        detector: Callable[[], Detector] | None = None,
+    ) -> None:
+        self.threads = threads
+        self._factory = detector or (lambda: edge_detector(threads))
+        self.path = cache_dir / "focus" / f"{data.scene.root.name}.json"
+        self._rows: dict[str, list[list[float]]] = (
+            json.loads(self.path.read_text()) if self.path.is_file() else {}
+        )
+        self._dirty = False
+        self._detector: Detector | None = None
+        self.computed = 0
+
+    def detect(self, index: int, image: npt.NDArray[np.uint8], tile: Tile) -> Detections:
+        """The edge detector's boxes (threshold `CACHE_THRESHOLD`) in `tile` of frame `index`."""
+        key = f"{index}|{tile.x0},{tile.y0},{tile.width},{tile.height}"
+        rows = self._rows.get(key)
+        if rows is None:
+            if self._detector is None:
+                self._detector = self._factory()
+            (found,) = self._detector.detect([np.ascontiguousarray(tile.crop(image))])
+            rows = [
+                [*map(float, b), float(c), float(k)]
+                for b, c, k in zip(found.xyxy, found.confidence, found.class_id, strict=True)
+            ]
+            self._rows[key] = rows
+            self._dirty = True
+            self.computed += 1
+        if not rows:
+            return Detections.empty()
+        array = np.array(rows, dtype=np.float32).reshape(-1, 6)
+        return Detections(array[:, :4], array[:, 4], array[:, 5].astype(np.int64))
+
+    def close(self) -> None:
+        """Write what was computed, and release the detector."""
+        if self._dirty:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self._rows))
+            tmp.replace(self.path)
+            self._dirty = False
+        if self._detector is not None:
+            self._detector.close()
+            self._detector = None
 
 
 # -- one variant on one scene -------------------------------------------------------------------
@@ -425,6 +504,7 @@ class SimRun:
     hard: int = 0
     sent: int = 0
     sent_regions: int = 0
+    focus_crops: int = 0  # crops the edge detector looked at closer
     refused_budget: int = 0
     bytes_sent: int = 0
     fusion: FusionTally = field(default_factory=FusionTally)  # what the answers did
@@ -480,7 +560,12 @@ def oracle_answer(data: SceneData, index: int) -> Detections:
     )
 
 
-def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = None) -> SimRun:
+def simulate(
+    data: SceneData,
+    variant: Variant,
+    answers: CloudAnswers | None = None,
+    crops: EdgeCrops | None = None,
+) -> SimRun:
     """Run `variant` over every frame of `data` on simulated time; see the module docstring.
 
     The frame loop is the agent's own `CameraPipeline` (tracker, rules, escalation decision,
@@ -495,10 +580,11 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
     decider = EscalationDecider(config, clock) if variant.mode == "hybrid" else None
     pipeline = CameraPipeline(
         sim_camera(data),
-        CameraTracker.from_config(TRACKER, DETECTOR_THRESHOLD, NoEmbedder()),
-        class_names(),
+        CameraTracker.from_config(data.tracker, data.detector_threshold, NoEmbedder()),
+        data.class_names,
         fusion=fusion_settings(config, data.fps),
         escalator=decider,
+        focus=config.focus if variant.mode == "hybrid" else None,
         clock=lambda: SCENE_START_S + clock.now_s,
     )
     rtt_s = variant.rtt_frames / data.fps
@@ -521,7 +607,12 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
         frame = CapturedFrame(CAMERA, index, SCENE_START_S + now, now, image)
         if not pipeline.admit(frame):
             raise RuntimeError(f"frame {index} of {data.label} not admitted at the scene's rate")
-        outcome = pipeline.process(frame, detections)
+        tiles = pipeline.focus_tiles(frame)
+        if tiles and crops is None:
+            raise ValueError("a hybrid variant with focus crops needs EdgeCrops")
+        focus = [(tile, crops.detect(index, image, tile)) for tile in tiles] if crops else []
+        outcome = pipeline.process(frame, detections, focus=focus)
+        run.focus_crops += len(tiles)
         run.events += outcome.events
         run.outputs.append(outcome.detections)
         decision = outcome.decision
@@ -529,8 +620,8 @@ def simulate(data: SceneData, variant: Variant, answers: CloudAnswers | None = N
             run.hard += int(bool(decision.reasons))
             run.refused_budget += int(decision.refused_by_budget)
         loop_ms = (time.perf_counter() - started) * 1000.0
-        if variant.mode != "cloud":
-            loop_ms += float(data.edge_ms[index])
+        if variant.mode != "cloud":  # the detector on the frame and on each crop: same input
+            loop_ms += float(data.edge_ms[index]) * (1 + len(tiles))
         run.loop_ms.append(loop_ms)
         if variant.mode == "cloud":
             started = time.perf_counter()
@@ -585,8 +676,18 @@ class RunScores:
     precision: float
     recall: float
     f1: float
-    tracking: TrackingScores
+    tracking: TrackingScores | None  # None where the ground truth has no identities
     alerts: EventMatch | None
+
+    @property
+    def idf1(self) -> float:
+        """Tracking IDF1 (NaN without identities)."""
+        return math.nan if self.tracking is None else self.tracking.idf1
+
+    @property
+    def mota(self) -> float:
+        """Tracking MOTA (NaN without identities)."""
+        return math.nan if self.tracking is None else self.tracking.mota
 
 
 def ground_truth_boxes(frames: Sequence[GroundTruthFrame]) -> list[GroundTruth]:
@@ -673,7 +774,7 @@ def observed_events(events: Sequence[RuleEvent], names: Sequence[str]) -> list[S
 
 def score_run(data: SceneData, run: SimRun) -> RunScores:
     """Detection, tracking and alert accuracy of `run` on `data`."""
-    names = class_names()
+    names = data.class_names
     truths = ground_truth_boxes(data.scene.ground_truth)
     predictions = [confirmed(t) for t in run.outputs]
     metrics = compute_metrics(truths, predictions, class_names=names)
@@ -681,8 +782,10 @@ def score_run(data: SceneData, run: SimRun) -> RunScores:
     precision = tp / (tp + fp) if tp + fp else 1.0
     recall = tp / (tp + fn) if tp + fn else 1.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    hypotheses: list[FrameBoxes] = [hypotheses_of(t) for t in run.outputs]
-    tracking = score_tracking(data.scene.ground_truth, hypotheses)
+    tracking = None
+    if data.scored_tracking:
+        hypotheses: list[FrameBoxes] = [hypotheses_of(t) for t in run.outputs]
+        tracking = score_tracking(data.scene.ground_truth, hypotheses)
     alerts = None
     if data.camera is not None:
         alerts = match_events(data.expected, observed_events(run.events, names))

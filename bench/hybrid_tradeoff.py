@@ -16,15 +16,17 @@ Variants: edge only; cloud only (every frame sent, the cloud's boxes tracked on 
 hybrid with a per-camera (= per-agent) budget of 0.5 .. 8 frames/s and the default policy; the
 same budgets with fusion's trust check off; policy and fusion settings at the default budget;
 and what-ifs. `--quick`: 100 frames of `crowded` and `events`.
-The table goes to stdout and `bench/results/hybrid_tradeoff.md`, the plot to
-`bench/results/hybrid_tradeoff.png`.
+The table goes to stdout and `bench/results/hybrid_tradeoff.md`, one record per variant to
+`bench/results/hybrid_tradeoff.json`, the plot to `bench/results/hybrid_tradeoff.png`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +38,7 @@ import numpy as np
 
 from bench._hybrid_sim import (
     CloudAnswers,
+    EdgeCrops,
     RunScores,
     SceneData,
     SimRun,
@@ -101,6 +104,10 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("new tracks >= 0.5", {"fusion": {"new_track_min_score": 0.5}}),
         ("box correction 0.5", {"fusion": {"box_correction_gain": 0.5}}),
         ("relabel off", {"fusion": {"relabel": False}}),
+        ("focus off", {"focus": {"enabled": False}}),
+        ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
+        ("focus, any new object", {"focus": {"new_object_min_score": 0.0}}),
+        ("focus, vouch = hold", {"fusion": {"vouch_ms": 0}}),
     ]
     for label, updates in policy:
         out.append(
@@ -112,6 +119,15 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
                 **common,
             )
         )
+    out.append(
+        Variant(
+            "hybrid 4 f/s, focus off",
+            "hybrid",
+            _budget(4.0, focus={"enabled": False}),
+            group="policy",
+            **common,
+        )
+    )
     out.append(
         Variant(
             "hybrid 4 f/s, regions off",
@@ -218,12 +234,12 @@ class Summary:
     @property
     def idf1(self) -> float:
         """Mean IDF1 over the scenes."""
-        return self.mean(lambda c: c.scores.tracking.idf1)
+        return self.mean(lambda c: c.scores.idf1)
 
     @property
     def mota(self) -> float:
         """Mean MOTA over the scenes."""
-        return self.mean(lambda c: c.scores.tracking.mota)
+        return self.mean(lambda c: c.scores.mota)
 
     def _alert_counts(self) -> tuple[int, int, int]:
         matched = missing = unexpected = 0
@@ -325,7 +341,7 @@ def per_scene_table(summaries: Sequence[Summary]) -> str:
     lines.append("|---|" + "---:|" * len(scenes) + "---:|")
     for s in summaries:
         cells = " | ".join(
-            f"{c.scores.map50:.3f} / {c.scores.f1:.3f} / {c.scores.tracking.idf1:.3f} "
+            f"{c.scores.map50:.3f} / {c.scores.f1:.3f} / {c.scores.idf1:.3f} "
             f"/ {_pct(c.run.sent / c.scene.n_frames, 0)}"
             for c in s.cells
         )
@@ -381,6 +397,23 @@ def verdict(summaries: Sequence[Summary]) -> str:
             f"{_pct(_ratio(default.alert_recall, cloud.alert_recall))} of cloud-only."
         )
     edge = next(s for s in summaries if s.variant.mode == "edge")
+    if default is not None:
+        gap = cloud.map50 - edge.map50
+        below = [
+            f"{d.scene.label} ({d.scores.map50:.4f} < {e.scores.map50:.4f})"
+            for d, e in zip(default.cells, edge.cells, strict=True)
+            if d.scores.map50 < e.scores.map50
+        ]
+        lines.append(
+            f"Targets at the default ({_pct(default.share)} of frames, "
+            f"{_pct(_ratio(default.kbytes_per_s, cloud.kbytes_per_s))} of cloud-only's bytes): "
+            f"closes {_pct((default.map50 - edge.map50) / gap if gap > 0 else math.nan, 0)} of "
+            f"the edge→cloud mAP50 gap (target >= 50 %); below edge-only on "
+            f"{', '.join(below) if below else 'no preset'}; alert recall "
+            f"{_f(default.alert_recall, 2)} vs cloud-only {_f(cloud.alert_recall, 2)}; F1 and "
+            f"IDF1 {_pct(_ratio(default.f1, cloud.f1))} and "
+            f"{_pct(_ratio(default.idf1, cloud.idf1))} of cloud-only."
+        )
     lines.append(
         f"Edge only reaches mAP50 {_pct(_ratio(edge.map50, cloud.map50))}, F1 "
         f"{_pct(_ratio(edge.f1, cloud.f1))}, alert recall "
@@ -492,6 +525,50 @@ def plot(summaries: Sequence[Summary], path: Path) -> None:
     plt.close(fig)
 
 
+def record_name(variant: Variant) -> str:
+    """The variant's name in the JSON results: `default`, `edge_only`, `cloud_only`,
+    `oracle_2fps`, ... (lower case, words joined by `_`)."""
+    if variant.is_default:
+        return "default"
+    text = variant.name.replace(" f/s", "fps").replace(">=", "ge").replace("=", "eq")
+    return re.sub(r"[^a-z0-9.]+", "_", text.lower()).strip("_")
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 4)
+
+
+def records(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
+    """One JSON record per variant: averages, traffic and per-preset values."""
+    out = []
+    for s in summaries:
+        out.append(
+            {
+                "name": record_name(s.variant),
+                "label": s.variant.name,
+                "group": s.variant.group,
+                "escalated_fraction": _number(s.share),
+                "kb_per_s": _number(s.kbytes_per_s),
+                "map50": _number(s.map50),
+                "f1": _number(s.f1),
+                "idf1": _number(s.idf1),
+                "mota": _number(s.mota),
+                "alert_recall": _number(s.alert_recall),
+                "alert_precision": _number(s.alert_precision),
+                "presets": {
+                    c.scene.label: {
+                        "map50": _number(c.scores.map50),
+                        "f1": _number(c.scores.f1),
+                        "idf1": _number(c.scores.idf1),
+                        "escalated_fraction": _number(c.run.sent / c.scene.n_frames),
+                    }
+                    for c in s.cells
+                },
+            }
+        )
+    return out
+
+
 # -- main ---------------------------------------------------------------------------------------
 
 
@@ -526,17 +603,20 @@ def main(argv: list[str] | None = None) -> int:
     prepared_s = time.perf_counter() - started
     plan = variants(args.rtt_frames, args.cloud_threshold)
     cells: dict[str, list[Cell]] = {v.name: [] for v in plan}
-    computed = 0
+    computed = crops_computed = 0
     for data in scenes:
         answers = CloudAnswers(data, threads=args.threads)
+        crops = EdgeCrops(data, threads=args.threads)
         try:
             for variant in plan:
-                run = simulate(data, variant, answers)
+                run = simulate(data, variant, answers, crops)
                 cells[variant.name].append(Cell(data, run, score_run(data, run)))
             answers.save()
         finally:
             computed += answers.computed
+            crops_computed += crops.computed
             answers.close()
+            crops.close()
     summaries = [Summary(v, cells[v.name]) for v in plan]
     elapsed = time.perf_counter() - started
     given = argv if argv is not None else sys.argv[1:]
@@ -546,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rtt_frames} frames ({1000.0 * args.rtt_frames / scenes[0].fps:.0f} ms); cloud "
         f"confidence >= {args.cloud_threshold:g}; tracker IoU-only, n_init 2, low score 0.1. "
         f"Wall time {elapsed:.0f} s ({prepared_s:.0f} s preparing scenes and caches, "
-        f"{computed} crop requests run on the cloud model)."
+        f"{computed} crop requests run on the cloud model, {crops_computed} focus crops on the "
+        "edge model)."
     )
     document = "\n\n".join(
         [
@@ -563,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     print(document)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "hybrid_tradeoff.md").write_text(document + "\n")
+    results = {"command": command.strip(), "settings": settings, "variants": records(summaries)}
+    (args.out / "hybrid_tradeoff.json").write_text(json.dumps(results, indent=1) + "\n")
     if not args.no_plot:
         plot(summaries, args.out / "hybrid_tradeoff.png")
         print(f"\nplot: {args.out / 'hybrid_tradeoff.png'}")

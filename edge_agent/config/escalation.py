@@ -205,6 +205,15 @@ class FusionConfig(StrictModel):
         le=10_000,
         description="Report a track the cloud vouched for this long even where the edge misses it.",
     )
+    vouch_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=60_000,
+        description=(
+            "How long a cloud confirmation lifts a track's reported confidence to the cloud's "
+            "score (at least `hold_ms`); null: for the rest of the track's life."
+        ),
+    )
     new_track_min_score: float = Field(
         default=1.0,
         ge=0.0,
@@ -273,6 +282,41 @@ class FusionConfig(StrictModel):
     )
 
 
+class FocusConfig(StrictModel):
+    """Following what the cloud saw: the edge re-detects small cloud-vouched objects in crops.
+
+    A small object the cloud found (or confirmed) is followed by the edge itself once the whole
+    frame loses it: its own detector runs on a native-resolution crop around the track's last box
+    (the crop is scaled up to the detector's input, so a 10 px object becomes a 20 px one), and
+    what the crop finds and the whole frame missed joins the frame's detections before tracking.
+    This keeps such tracks alive between cloud answers instead of coasting on predictions.
+    """
+
+    enabled: bool = Field(default=True, description="Follow small cloud-vouched tracks in crops.")
+    max_crops: int = Field(
+        default=4, ge=1, le=32, description="Crops per camera and frame (the cost: one detector "
+        "input each, batched with the frames)."
+    )  # fmt: skip
+    crop_px: int = Field(
+        default=160, ge=32, le=4096, description="Side of a crop in source pixels (at least)."
+    )
+    max_object_px: int = Field(
+        default=40,
+        ge=1,
+        le=4096,
+        description="Only tracks whose box is at most this tall or wide are followed.",
+    )
+    new_object_min_score: float = Field(
+        default=0.3,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "A crop's box away from the followed tracks is kept (and may start a track) when it "
+            "scores at least this; 1.0 keeps only the boxes of the followed tracks."
+        ),
+    )
+
+
 class EscalationConfig(StrictModel):
     """Sending hard frames to the cloud service; the edge never waits for the answers."""
 
@@ -337,6 +381,9 @@ class EscalationConfig(StrictModel):
     )
     fusion: FusionConfig = Field(
         default_factory=FusionConfig, description="Folding cloud answers into the tracks."
+    )
+    focus: FocusConfig = Field(
+        default_factory=FocusConfig, description="The edge follows small objects the cloud saw."
     )
     connection: CloudConnectionConfig = Field(
         default_factory=CloudConnectionConfig, description="The gRPC stream to the cloud."

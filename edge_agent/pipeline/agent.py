@@ -16,11 +16,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from configkit.secrets import SecretError
+from detection.detections import Detections
 from detection.detector import Detector
 from detection.errors import DetectionError
+from detection.slicing import Tile
 from edge_agent.alerts import AlertPublisher
-from edge_agent.capture import CameraSource, CaptureState, LatestFrameSlot
+from edge_agent.capture import CameraSource, CapturedFrame, CaptureState, LatestFrameSlot
 from edge_agent.capture.urls import camera_url
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.camera import CameraConfig
@@ -196,9 +200,10 @@ class EdgeAgent:
         self.batches += 1
         if self.telemetry is not None:
             self.telemetry.on_batch(len(batch), detect_s)
+        focus = self._detect_focus(batch)
         for (worker, frame), detections in zip(batch, results, strict=True):
             try:
-                outcome = worker.process(frame, detections, detect_s)
+                outcome = worker.process(frame, detections, detect_s, focus.get(worker.name, []))
             except Exception:  # one camera's bad frame must not stop the others
                 worker.counters.failed += 1
                 logger.exception("camera %s: frame %d failed", worker.name, frame.index)
@@ -215,6 +220,25 @@ class EdgeAgent:
         return len(batch)
 
     # ---- escalation and fusion ---------------------------------------------------------------
+
+    def _detect_focus(
+        self, batch: list[tuple[CameraWorker, CapturedFrame]]
+    ) -> dict[str, list[tuple[Tile, Detections]]]:
+        """The detector on every camera's focus crops (small tracks the cloud vouched for),
+        in one batch; the crops' boxes per camera, in crop pixels."""
+        planned = [(w, f, tile) for w, f in batch for tile in w.focus_tiles(f)]
+        if not planned:
+            return {}
+        crops = [np.ascontiguousarray(tile.crop(f.image)) for _, f, tile in planned]
+        try:
+            found = self.detector.detect(crops)
+        except DetectionError as exc:  # the frames' own detections still count
+            logger.error("detector failed on %d focus crop(s): %s", len(crops), exc)
+            return {}
+        out: dict[str, list[tuple[Tile, Detections]]] = {}
+        for (worker, _, tile), boxes in zip(planned, found, strict=True):
+            out.setdefault(worker.name, []).append((tile, boxes))
+        return out
 
     def _fuse_answers(self) -> None:
         if self.escalation is None:

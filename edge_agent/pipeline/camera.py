@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from edge_agent.capture import CameraSource, CapturedFrame, CaptureState
 from edge_agent.config.camera import CameraConfig
+from edge_agent.config.escalation import FocusConfig
 from edge_agent.pipeline.core import CameraCounters, CameraPipeline, Escalator, FrameOutcome
 from edge_agent.tracking import CameraTracker
 from edge_agent.tracking.fusion import FusionSettings
@@ -31,8 +32,11 @@ class CameraWorker(CameraPipeline):
         *,
         fusion: FusionSettings | None = None,
         escalator: Escalator | None = None,
+        focus: FocusConfig | None = None,
     ) -> None:
-        super().__init__(config, tracker, class_names, fusion=fusion, escalator=escalator)
+        super().__init__(
+            config, tracker, class_names, fusion=fusion, escalator=escalator, focus=focus
+        )
         self.source = source
 
     @property

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from detection.detections import Detections
+from detection.slicing import Tile
 from edge_agent.capture import CapturedFrame
 from edge_agent.config.camera import CameraConfig
-from edge_agent.config.escalation import EscalationConfig, FusionConfig
+from edge_agent.config.escalation import EscalationConfig, FocusConfig, FusionConfig
 from edge_agent.escalation.policy import EscalationDecision, FrameSignals
+from edge_agent.pipeline.focus import FocusPlan, merge_focus, plan_focus
 from edge_agent.pipeline.motion import MotionGate
 from edge_agent.pipeline.rate import FrameRateLimiter
 from edge_agent.rules import RuleEngine, RuleEvent
@@ -92,6 +94,7 @@ class CameraCounters:
     failed: int = 0
     events: int = 0
     escalated: int = 0  # frames decided to be sent to the cloud
+    focus_crops: int = 0  # crops the edge detector looked at closer (`FocusConfig`)
     fusion: FusionTally = field(default_factory=FusionTally)  # what cloud answers did
     fuse_s: float = 0.0  # time spent fusing answers
 
@@ -100,7 +103,8 @@ class CameraPipeline:
     """One camera's frame loop (see the module docstring).
 
     `fusion` defaults to the settings of a default `FusionConfig` at the camera's `target_fps`;
-    `escalator` None means no escalation (the frame loop runs alone). `clock` gives wall time
+    `escalator` None means no escalation (the frame loop runs alone); `focus` None means no
+    focus crops (see `pipeline.focus`). `clock` gives wall time
     (POSIX seconds) for ending events when no frame was ever analysed; `timer` measures stage
     times.
     """
@@ -113,6 +117,7 @@ class CameraPipeline:
         *,
         fusion: FusionSettings | None = None,
         escalator: Escalator | None = None,
+        focus: FocusConfig | None = None,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -124,6 +129,7 @@ class CameraPipeline:
             fusion = FusionSettings.from_config(FusionConfig(), config.target_fps)
         self.fusion = fusion
         self.escalator = escalator
+        self.focus = focus if focus is not None and focus.enabled else None
         self.limiter = FrameRateLimiter(config.target_fps)
         self.motion = MotionGate(config.motion) if config.motion.enabled else None
         self.rules: RuleEngine | None = None
@@ -137,6 +143,7 @@ class CameraPipeline:
         # capture frame index -> (tracker frame index, regions the cloud will look at)
         self._escalated: dict[int, tuple[int, tuple[Box, ...]]] = {}
         self._withdrawn: list[RuleEvent] = []  # retractions of cloud-rejected tracks, to send
+        self._focus_plan: FocusPlan | None = None  # of the frame whose crops are being detected
 
     # ---- the frame loop ------------------------------------------------------------------------
 
@@ -153,12 +160,41 @@ class CameraPipeline:
                 return False
         return True
 
+    def focus_tiles(self, frame: CapturedFrame) -> list[Tile]:
+        """Crops of `frame` the detector should also look at (small cloud-vouched tracks);
+        their detections go to `process` with the frame's."""
+        if self.focus is None:
+            return []
+        height, width = frame.image.shape[:2]
+        tracker = self.tracker.tracker
+        self._focus_plan = plan_focus(
+            tracker.tracks, (width, height), self.focus, tracker.confidence_threshold
+        )
+        return self._focus_plan.tiles
+
     def process(
-        self, frame: CapturedFrame, detections: Detections, detect_s: float = 0.0
+        self,
+        frame: CapturedFrame,
+        detections: Detections,
+        detect_s: float = 0.0,
+        focus: Sequence[tuple[Tile, Detections]] = (),
     ) -> FrameOutcome:
-        """Track this frame's detections, run the rules on the tracks, decide on escalation."""
+        """Track this frame's detections (merged with those of its `focus` crops, in crop
+        pixels), run the rules on the tracks, decide on escalation."""
         started = self._timer()
-        tracked = self.tracker.update(frame.image, detections)
+        plan, self._focus_plan = self._focus_plan, None
+        may_start = None
+        if focus and plan is not None and self.focus is not None:
+            merged = merge_focus(
+                detections,
+                focus,
+                frame.image.shape[:2],
+                plan.followed,
+                self.focus.new_object_min_score,
+            )
+            detections, may_start = merged.detections, merged.may_start
+            self.counters.focus_crops += len(focus)
+        tracked = self.tracker.update(frame.image, detections, may_start)
         tracked_at = self._timer()
         events = self.withdrawn() + self._rules_for(frame).update(
             observed(tracked, detections), frame.capture_time_s

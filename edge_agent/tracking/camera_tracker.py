@@ -51,14 +51,21 @@ class CameraTracker:
             config.embed_policy,
         )
 
-    def update(self, frame: npt.NDArray[np.uint8], detections: Detections) -> Detections:
-        """Advance one frame; returns `detections` with `tracker_id` filled in (-1: untracked)."""
+    def update(
+        self,
+        frame: npt.NDArray[np.uint8],
+        detections: Detections,
+        may_start: npt.NDArray[np.bool_] | None = None,
+    ) -> Detections:
+        """Advance one frame; returns `detections` with `tracker_id` filled in (-1: untracked).
+
+        `may_start`: which detections may start a track (see `DeepSortTracker.update`)."""
         if isinstance(self.embedder, NoEmbedder) or not len(detections):
-            return self.tracker.update(detections)
+            return self.tracker.update(detections, may_start=may_start)
         if self.embed_policy == "all":
             embeddings = self.embedder.embed(frame, detections.xyxy)
             self.embedded_boxes += len(detections)
-            return self.tracker.update(detections, embeddings)
+            return self.tracker.update(detections, embeddings, may_start=may_start)
 
         def embed(indices: list[int]) -> Float32Array | None:
             if not indices:
@@ -66,7 +73,7 @@ class CameraTracker:
             self.embedded_boxes += len(indices)
             return self.embedder.embed(frame, detections.xyxy[indices])
 
-        return self.tracker.update(detections, embed=embed)
+        return self.tracker.update(detections, embed=embed, may_start=may_start)
 
 
 def observed(tracked: Detections, detections: Detections) -> Detections:

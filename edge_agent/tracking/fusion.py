@@ -58,6 +58,7 @@ class FusionSettings:
     min_cloud_score: float = 0.5
     duplicate_iou: float = 0.7
     hold_frames: int = 12
+    vouch_frames: int = -1  # -1: a cloud confirmation lifts the score for the track's life
     min_iou: float = 0.3
     covered_iou: float = 0.5
     box_correction_gain: float = 0.5
@@ -71,6 +72,11 @@ class FusionSettings:
     trust_min_checks: int = 10
     trust_edge_score: float = 0.6
 
+    @property
+    def vouch(self) -> int:
+        """Frames a confirmation lifts a track's score: -1 (ever), else at least the hold."""
+        return -1 if self.vouch_frames < 0 else max(self.vouch_frames, self.hold_frames)
+
     @classmethod
     def from_config(cls, config: FusionConfig, fps: float) -> FusionSettings:
         """Settings of `escalation.fusion` for a camera analysed at `fps` frames/s."""
@@ -78,6 +84,7 @@ class FusionSettings:
             horizon_frames=max(1, round(config.horizon_ms / 1000.0 * fps)),
             min_cloud_score=config.min_cloud_score,
             hold_frames=round(config.hold_ms / 1000.0 * fps),
+            vouch_frames=-1 if config.vouch_ms is None else round(config.vouch_ms / 1000.0 * fps),
             min_iou=config.min_iou,
             box_correction_gain=config.box_correction_gain,
             new_track_min_score=config.new_track_min_score,
@@ -275,10 +282,10 @@ def fuse_answer(
             score = float(cloud.confidence[c])
             if trusted and s.relabel:
                 before = track.class_id
-                track.cloud_vote(int(cloud.class_id[c]), score, s.hold_frames)
+                track.cloud_vote(int(cloud.class_id[c]), score, s.hold_frames, s.vouch)
                 reclassified += int(track.class_id != before)
             else:
-                track.cloud_confirmed(score, s.hold_frames if trusted else 0)
+                track.cloud_confirmed(score, s.hold_frames if trusted else 0, s.vouch)
         offset = xyxy_to_xyah(cloud.xyxy[c]) - xyxy_to_xyah(box_then)
         track.mean[:4] = track.mean[:4] + s.box_correction_gain * offset
 
@@ -344,7 +351,7 @@ def _create_tracks(
             continue  # a track already covers it now (it moved since that frame)
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED
-        track.cloud_vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.hold_frames)
+        track.cloud_vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.hold_frames, s.vouch)
         present.append(track.to_xyxy())
         created += 1
     return created

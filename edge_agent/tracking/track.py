@@ -59,8 +59,10 @@ class Track:
         self._cloud_votes: Counter[int] = Counter()
         self.cloud_hold = 0  # frames this track is still reported without an edge detection
         self.cloud_score = 0.0  # score of the last cloud box that confirmed it
+        self.cloud_vouch = 0  # frames that score still lifts the track's confidence (-1: ever)
         self.cloud_rejected = False  # the cloud looked and saw nothing there: not reported
         self.best_score = 0.0  # the best edge detection score matched to it so far
+        self.last_score = 0.0  # the score of the edge detection matched to it last
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
         self.history: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
         self._record(frame_index, xyxy, feature)
@@ -118,6 +120,7 @@ class Track:
         """Correct with a matched detection (edge `score`); confirms the track after `n_init`
         hits."""
         self.best_score = max(self.best_score, float(score))
+        self.last_score = float(score)
         self.mean, self.covariance = kalman.update(self.mean, self.covariance, xyah)
         self.hits += 1
         self.time_since_update = 0
@@ -126,19 +129,34 @@ class Track:
         if self.is_tentative and self.hits >= self.n_init:
             self.state = TrackState.CONFIRMED
 
-    def cloud_vote(self, class_id: int, score: float = 1.0, hold_frames: int = 0) -> None:
+    def cloud_vote(
+        self, class_id: int, score: float = 1.0, hold_frames: int = 0, vouch_frames: int = -1
+    ) -> None:
         """Record the cloud model's class for this object (a heavy vote, see `class_id`) and
         vouch for it (see `cloud_confirmed`)."""
         self._cloud_votes[class_id] += 1
-        self.cloud_confirmed(score, hold_frames)
+        self.cloud_confirmed(score, hold_frames, vouch_frames)
 
-    def cloud_confirmed(self, score: float, hold_frames: int = 0) -> None:
+    def cloud_confirmed(self, score: float, hold_frames: int = 0, vouch_frames: int = -1) -> None:
         """The cloud saw this object with `score`: the track is reported with at least that
-        confidence, for `hold_frames` frames even where the edge misses it, and a rejection
-        is lifted."""
+        confidence for `vouch_frames` frames (-1: from now on), for `hold_frames` frames even
+        where the edge misses it, and a rejection is lifted."""
         self.cloud_score = float(score)
+        self.cloud_vouch = int(vouch_frames)
         self.cloud_hold = max(self.cloud_hold, int(hold_frames))
         self.cloud_rejected = False
+
+    @property
+    def vouched_score(self) -> float:
+        """The cloud's score while it still vouches for this track, else 0."""
+        return self.cloud_score if self.cloud_vouch != 0 else 0.0
+
+    def age_cloud_evidence(self) -> None:
+        """One frame passed: the cloud's vouching and hold run down."""
+        if self.cloud_vouch > 0:
+            self.cloud_vouch -= 1
+        if self.cloud_hold > 0:
+            self.cloud_hold -= 1
 
     def cloud_reject(self) -> None:
         """The cloud looked where this track was and saw nothing: stop reporting it (the

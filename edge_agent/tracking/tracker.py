@@ -123,11 +123,14 @@ class DeepSortTracker:
         embeddings: npt.ArrayLike | None = None,
         *,
         embed: EmbedFunction | None = None,
+        may_start: npt.NDArray[np.bool_] | None = None,
     ) -> Detections:
         """Advance one frame; returns a new `Detections` with `tracker_id` filled in.
 
         Appearance comes either as `embeddings` (one row per detection) or from `embed`,
         called at most once with the indices of the detections that need a feature.
+        `may_start` (one flag per detection) marks those that may start a track when no track
+        takes them; the others can only continue one (default: all may).
         """
         if embeddings is not None and embed is not None:
             raise ValueError("pass embeddings or embed, not both")
@@ -187,8 +190,10 @@ class DeepSortTracker:
             if track.is_confirmed and not track.cloud_rejected:
                 tracker_id[d] = track.track_id
                 class_id[d] = track.class_id  # the track's vote, cloud answers included
-                confidence[d] = max(float(confidence[d]), track.cloud_score)  # cloud-vouched
+                confidence[d] = max(float(confidence[d]), track.vouched_score)  # cloud-vouched
         for d in first.unmatched_detections:
+            if may_start is not None and not may_start[d]:
+                continue
             self._start_track(detections, xyah, features if embedded[d] else None, d)
             if self.tracks[-1].is_confirmed:
                 tracker_id[d] = self.tracks[-1].track_id
@@ -206,23 +211,24 @@ class DeepSortTracker:
         The cloud sees objects the edge cannot (small, far, occluded); for `cloud_hold` frames
         after an answer such a track is reported at its predicted box with the cloud's score.
         """
-        rows = []
+        rows: list[tuple[Track, float]] = []
         for track in self.tracks:
-            if track.cloud_hold <= 0:
+            held, score = track.cloud_hold > 0, track.cloud_score
+            track.age_cloud_evidence()
+            if not held:
                 continue
-            track.cloud_hold -= 1
             if track.is_confirmed and not track.cloud_rejected and track.track_id not in matched:
                 box = track.to_xyxy()
                 # Coasting on the Kalman prediction alone can shrink a box to nothing.
                 if np.all(np.isfinite(box)) and box[2] > box[0] and box[3] > box[1]:
-                    rows.append(track)
+                    rows.append((track, score))
         if not rows:
             return Detections.empty()
         return Detections(
-            np.stack([t.to_xyxy() for t in rows]).astype(np.float32),
-            np.array([t.cloud_score for t in rows], dtype=np.float32),
-            np.array([t.class_id for t in rows], dtype=np.int64),
-            np.array([t.track_id for t in rows], dtype=np.int64),
+            np.stack([t.to_xyxy() for t, _ in rows]).astype(np.float32),
+            np.array([score for _, score in rows], dtype=np.float32),
+            np.array([t.class_id for t, _ in rows], dtype=np.int64),
+            np.array([t.track_id for t, _ in rows], dtype=np.int64),
         )
 
     def spawn_track(self, xyxy: npt.ArrayLike, class_id: int, frame_index: int) -> Track:

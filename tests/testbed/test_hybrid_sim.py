@@ -11,6 +11,7 @@ from bench._hybrid_sim import (
     MIN_SIDE_PX,
     MIN_VISIBILITY,
     CloudAnswers,
+    EdgeCrops,
     Variant,
     oracle_answer,
     prepare_scene,
@@ -44,19 +45,25 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
         }
     )
     answers = CloudAnswers(data, cache_dir=scene_cache)
+    crops = EdgeCrops(data, cache_dir=scene_cache)
     runs = {
-        variant.mode: simulate(data, variant, answers)
+        variant.mode: simulate(data, variant, answers, crops)
         for variant in (
             Variant("edge", "edge"),
             Variant("cloud", "cloud"),
             Variant("hybrid", "hybrid", escalation, rtt_frames=2),
         )
     }
-    oracle = simulate(data, Variant("oracle", "hybrid", escalation, rtt_frames=2, oracle=True))
+    oracle = simulate(
+        data, Variant("oracle", "hybrid", escalation, rtt_frames=2, oracle=True), crops=crops
+    )
     assert oracle.sent_frames == runs["hybrid"].sent_frames  # same budget, same decisions so far
     assert oracle.bytes_sent == runs["hybrid"].bytes_sent
     answers.close()
+    crops.close()
     assert answers.computed == 0
+    assert runs["edge"].focus_crops == runs["cloud"].focus_crops == 0  # the hybrid's alone
+    assert crops.computed <= runs["hybrid"].focus_crops + oracle.focus_crops
 
     assert runs["edge"].sent == 0 and runs["edge"].fusion.answers == 0
     assert runs["cloud"].sent == FRAMES
@@ -75,9 +82,9 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
         assert len(run.outputs) == len(run.loop_ms) == FRAMES
         scores = score_run(data, run)
         assert 0.0 <= scores.map50 <= 1.0 and 0.0 <= scores.f1 <= 1.0
-        assert scores.tracking.num_frames == FRAMES
+        assert scores.tracking is not None and scores.tracking.num_frames == FRAMES
         assert scores.alerts is not None
-        assert np.isfinite(scores.tracking.idf1)
+        assert np.isfinite(scores.idf1)
 
 
 def test_oracle_answers_the_visible_ground_truth(scene_cache: Path) -> None:

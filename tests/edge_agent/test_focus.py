@@ -1,0 +1,95 @@
+"""Focus crops: the edge follows small objects the cloud vouched for at native resolution."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detection.detections import Detections
+from detection.slicing import Tile
+from edge_agent.config.escalation import FocusConfig
+from edge_agent.pipeline.focus import merge_focus, plan_focus
+from edge_agent.tracking import DeepSortTracker
+from edge_agent.tracking.track import Track
+
+FRAME = (640, 360)
+SEEN = 0.3  # the tracker's threshold for starting tracks
+
+
+def _tracks(*boxes: tuple[float, float, float, float], vouched: bool = True) -> list[Track]:
+    tracker = DeepSortTracker(n_init=1)
+    for box in boxes:
+        track = tracker.spawn_track(np.array(box), 0, 0)
+        track.confirm()
+        if vouched:
+            track.cloud_confirmed(0.8)
+    return tracker.tracks  # spawn_track added them
+
+
+def test_small_vouched_tracks_get_a_crop_inside_the_frame() -> None:
+    tracks = _tracks((630.0, 350.0, 638.0, 359.0), (100.0, 100.0, 110.0, 120.0))
+    plan = plan_focus(tracks, FRAME, FocusConfig(crop_px=160), SEEN)
+    assert len(plan.tiles) == 2 and plan.followed.shape == (2, 4)
+    corner = plan.tiles[0]
+    assert (corner.width, corner.height) == (160, 160)
+    assert corner.xyxy[2:] == (640, 360)  # shifted inside the frame
+    assert (corner.inner_right, corner.inner_bottom, corner.inner_left) == (False, False, True)
+
+
+def test_large_unvouched_or_nearby_tracks_need_no_crop_of_their_own() -> None:
+    config = FocusConfig(crop_px=160, max_object_px=40, max_crops=4)
+    assert plan_focus(_tracks((100.0, 100.0, 200.0, 300.0)), FRAME, config, SEEN).tiles == []
+    assert (
+        plan_focus(_tracks((100.0, 100.0, 110.0, 120.0), vouched=False), FRAME, config, SEEN).tiles
+        == []
+    )
+    near = _tracks((100.0, 100.0, 110.0, 120.0), (115.0, 100.0, 125.0, 120.0))
+    plan = plan_focus(near, FRAME, config, SEEN)
+    assert len(plan.tiles) == 1 and len(plan.followed) == 2  # one crop follows both
+    many = _tracks(*[(float(x), 10.0, x + 10.0, 30.0) for x in range(0, 600, 100)])
+    assert len(plan_focus(many, FRAME, FocusConfig(max_crops=2), SEEN).tiles) == 2
+
+
+def test_a_track_the_whole_frame_still_sees_needs_no_crop() -> None:
+    (track,) = _tracks((100.0, 100.0, 110.0, 120.0))
+    track.time_since_update, track.last_score = 0, 0.8  # matched on the last frame
+    assert plan_focus([track], FRAME, FocusConfig(), SEEN).tiles == []
+    track.last_score = 0.2  # only by a weak detection: the crop may find it better
+    assert len(plan_focus([track], FRAME, FocusConfig(), SEEN).tiles) == 1
+    track.time_since_update = 1  # missed
+    assert len(plan_focus([track], FRAME, FocusConfig(), SEEN).tiles) == 1
+
+
+def test_merge_adds_only_what_the_whole_frame_missed() -> None:
+    tile = Tile(100, 100, 160, 160, True, True, True, True)
+    full = Detections(np.array([[10.0, 10.0, 50.0, 90.0]]), np.array([0.9]), np.array([0]))
+    # in crop pixels: an object the frame also saw (covered by its box), one it missed, and
+    # one cut by the crop's inner border
+    crop = Detections(
+        np.array([[-80.0, -80.0, -60.0, -20.0], [40.0, 40.0, 50.0, 60.0], [0.0, 50.0, 8.0, 70.0]]),
+        np.array([0.7, 0.6, 0.9]),
+        np.array([0, 0, 0]),
+    )
+    nothing = np.zeros((0, 4), dtype=np.float32)
+    merged = merge_focus(full, [(tile, crop)], (360, 640), nothing, 0.5)
+    assert merged.detections.xyxy[:, 0].tolist() == [10.0, 140.0]
+    assert merged.may_start.tolist() == [True, True]  # a new object, scoring >= 0.5
+    assert len(merge_focus(full, [(tile, crop)], (360, 640), nothing, 0.65).detections) == 1
+    # near a followed track: kept whatever its score, but it may only continue that track
+    followed = np.array([[141.0, 141.0, 151.0, 161.0]], dtype=np.float32)
+    merged = merge_focus(full, [(tile, crop)], (360, 640), followed, 1.0)
+    assert merged.may_start.tolist() == [True, False]
+    # two crops seeing the same object: one box
+    other = Tile(120, 120, 160, 160, True, True, True, True)
+    shifted = Detections(np.array([[20.0, 20.0, 30.0, 40.0]]), np.array([0.8]), np.array([0]))
+    merged = merge_focus(full, [(tile, crop), (other, shifted)], (360, 640), followed, 1.0)
+    assert len(merged.detections) == 2 and merged.detections.confidence[1] == np.float32(0.8)
+
+
+def test_a_box_that_may_not_start_a_track_only_continues_one() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    box = Detections(np.array([[10.0, 10.0, 30.0, 50.0]]), np.array([0.9]), np.array([0]))
+    tracker.update(box, may_start=np.array([False]))
+    assert tracker.tracks == []
+    tracker.update(box)
+    out = tracker.update(box, may_start=np.array([False]))
+    assert out.tracker_id.tolist() == [1]
