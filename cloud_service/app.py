@@ -125,7 +125,7 @@ def build_service(config: CloudServiceConfig) -> CloudService:
     )
     decoder = create_decoder(config.decoder)
     processor = DetectorFrameProcessor(SerializedDetector(engine), model, decoder=decoder)
-    metrics = ServiceMetrics()
+    metrics = ServiceMetrics(max_stream_labels=config.metrics.max_stream_labels)
     batcher = DynamicBatcher(processor, batching_for(engine, config.batching), metrics=metrics)
     servicer = InferenceServicer(
         batcher, max_stream_inflight_frames=config.batching.max_stream_inflight_frames

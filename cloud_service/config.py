@@ -50,7 +50,14 @@ class ServerConfig(StrictModel):
         description="host:port to bind; port 0 picks a free port (tests).",
     )
     max_receive_message_bytes: int = Field(
-        default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="Largest request."
+        default=64 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        description=(
+            "Largest request the transport takes. Keep it well above `decoder.max_jpeg_bytes`: "
+            "a frame between the two is answered INVALID_ARGUMENT and its stream goes on, while "
+            "one above this ends the whole stream with RESOURCE_EXHAUSTED (gRPC's own check)."
+        ),
     )
     max_send_message_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="Largest reply."
@@ -197,6 +204,20 @@ class DecoderConfig(StrictModel):
     )
 
 
+class CloudMetricsConfig(MetricsConfig):
+    """The Prometheus endpoint, and how many client-chosen label values it keeps."""
+
+    max_stream_labels: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Distinct (agent_id, camera_id) label pairs of `frames_total`; later ones count as "
+            "`other`, so no client can grow the series without bound."
+        ),
+    )
+
+
 class CloudServiceConfig(StrictModel):
     """Config of one cloud service replica: gRPC server, batching, decoding, engine, metrics."""
 
@@ -226,8 +247,8 @@ class CloudServiceConfig(StrictModel):
             'metadata, else "1".'
         ),
     )
-    metrics: MetricsConfig = Field(
-        default_factory=lambda: MetricsConfig(listen_port=9109),
+    metrics: CloudMetricsConfig = Field(
+        default_factory=lambda: CloudMetricsConfig(listen_port=9109),
         description="Prometheus metrics endpoint.",
     )
 

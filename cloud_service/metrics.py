@@ -10,28 +10,41 @@ Names (all prefixed `cloud_service_`):
 - `frames_rejected_total{reason}` (counter): frames answered without inference: `stream_queue_full`,
   `queue_full` (RESOURCE_EXHAUSTED), `deadline_exceeded` (late on arrival), `deadline_in_queue`
   (DEADLINE_EXCEEDED), `draining`, `drain_timeout` (UNAVAILABLE), `processing_failed` (INTERNAL
-  for a whole batch). Frames the processor rejects (INVALID_ARGUMENT) count only in
+  for a whole batch), `invalid_identity` (INVALID_ARGUMENT: an empty, overlong or odd agent,
+  camera or request id). Frames the processor rejects (INVALID_ARGUMENT) count only in
   `frames_total`.
 - `frames_total{agent_id, camera_id, code}` (counter): every answer per stream key and status code;
-  `rate()` of it gives the per-stream frame rates.
+  `rate()` of it gives the per-stream frame rates. The label values are client-chosen, so they
+  are bounded: identities that fail `cloud_service.identity` count as `invalid`, and past
+  `max_stream_labels` distinct (agent, camera) pairs new ones count as `other`.
 """
 
 from __future__ import annotations
 
+import threading
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from cloud_service.identity import id_problem
 from configkit.metrics import BATCH_BUCKETS, TIME_BUCKETS_S, MetricsExporter, serve_registry
 
 __all__ = ["MetricsExporter", "ServiceMetrics", "start_metrics_exporter"]
 
 _PREFIX = "cloud_service_"
+INVALID_LABEL = "invalid"  # an agent or camera id `cloud_service.identity` refuses
+OTHER_LABEL = "other"  # a stream key past `max_stream_labels`
 
 
 class ServiceMetrics:
     """The service's metrics, registered in `registry` (a fresh one unless given)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, max_stream_labels: int = 1000
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.max_stream_labels = max_stream_labels
+        self._stream_labels: set[tuple[str, str]] = set()
+        self._labels_lock = threading.Lock()
         reg = self.registry
         self.queue_time = Histogram(
             f"{_PREFIX}queue_time_seconds",
@@ -77,8 +90,22 @@ class ServiceMetrics:
         )
 
     def observe_answer(self, agent_id: str, camera_id: str, code: str) -> None:
-        """Count one answered frame."""
-        self.frames.labels(agent_id=agent_id, camera_id=camera_id, code=code).inc()
+        """Count one answered frame (under bounded labels, see the module docstring)."""
+        agent, camera = self.stream_labels(agent_id, camera_id)
+        self.frames.labels(agent_id=agent, camera_id=camera, code=code).inc()
+
+    def stream_labels(self, agent_id: str, camera_id: str) -> tuple[str, str]:
+        """The label values `frames_total` uses for this stream key."""
+        if id_problem("agent_id", agent_id) or id_problem("camera_id", camera_id):
+            return INVALID_LABEL, INVALID_LABEL
+        key = (agent_id, camera_id)
+        with self._labels_lock:
+            if key in self._stream_labels:
+                return key
+            if len(self._stream_labels) < self.max_stream_labels:
+                self._stream_labels.add(key)
+                return key
+        return OTHER_LABEL, OTHER_LABEL
 
     def observe_rejection(self, reason: str) -> None:
         """Count one frame answered without inference."""

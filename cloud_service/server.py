@@ -22,12 +22,10 @@ from grpc_reflection.v1alpha import reflection
 
 from cloud_service.auth import BearerTokenInterceptor, tokens_from_secret
 from cloud_service.config import ServerConfig, TlsConfig
+from cloud_service.handlers import add_inference_service
 from configkit.signals import stop_on_signals
 from protos.analytics.v1 import analytics_pb2
-from protos.analytics.v1.analytics_pb2_grpc import (
-    InferenceServiceServicer,
-    add_InferenceServiceServicer_to_server,
-)
+from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceServicer
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +137,7 @@ def create_server(
         interceptors=interceptors,
         options=_channel_options(config),
     )
-    add_InferenceServiceServicer_to_server(servicer, inner)
+    add_inference_service(servicer, inner)
     health_servicer = health.HealthServicer()
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -148,9 +146,11 @@ def create_server(
         names = (
             SERVICE_NAME,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            REFLECTION_V1,
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, inner)
+        _add_reflection_v1(reflection.ReflectionServicer(names), inner)
     port = _bind(inner, config)
     logger.info(
         "gRPC server bound to %s (port %s, tls=%s, mtls=%s, auth=%s)",
@@ -161,6 +161,27 @@ def create_server(
         config.auth_tokens is not None,
     )
     return DrainingServer(inner, health_servicer), port
+
+
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
+def _add_reflection_v1(servicer: Any, server: grpc.Server) -> None:
+    """Serve reflection under its stable `v1` name too (grpcurl and Postman try v1 first).
+
+    `grpcio-reflection` ships only `v1alpha`; the two protocols differ in the package name only,
+    so v1alpha's servicer and messages answer v1 on the wire.
+    """
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": handler}),)
+    )
 
 
 def serve_until_signalled(

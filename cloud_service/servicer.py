@@ -16,6 +16,8 @@ import grpc
 from cloud_service.batching.batcher import DynamicBatcher, ResultCallback
 from cloud_service.batching.batcher import FrameProcessor as FrameProcessor
 from cloud_service.config import BatchingConfig
+from cloud_service.convert import status_to_proto
+from cloud_service.handlers import MalformedRequest
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceServicer
 
@@ -77,15 +79,20 @@ class InferenceServicer(InferenceServiceServicer):
         self._max_inflight = max_stream_inflight_frames
 
     def DetectFrame(  # noqa: N802 - gRPC method name
-        self, request: pb.FrameRequest, context: grpc.ServicerContext
+        self, request: pb.FrameRequest | MalformedRequest, context: grpc.ServicerContext
     ) -> pb.FrameResult:
         """Process one frame through the batcher."""
+        if isinstance(request, MalformedRequest):
+            logger.warning("DetectFrame from %s: %s", context.peer(), request.message)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         done: Future[pb.FrameResult] = Future()
         self._frames.submit(request, done.set_result, time_remaining_s=_remaining_s(context))
         return done.result()
 
     def StreamFrames(  # noqa: N802 - gRPC method name
-        self, request_iterator: Iterator[pb.FrameRequest], context: grpc.ServicerContext
+        self,
+        request_iterator: Iterator[pb.FrameRequest | MalformedRequest],
+        context: grpc.ServicerContext,
     ) -> Iterator[pb.FrameResult]:
         """Submit the frames of one edge agent's stream; yield each result when it is ready."""
         results: queue.Queue[pb.FrameResult | _StreamEnd] = queue.Queue()
@@ -120,7 +127,7 @@ class InferenceServicer(InferenceServiceServicer):
 
     def _read_requests(
         self,
-        requests: Iterator[pb.FrameRequest],
+        requests: Iterator[pb.FrameRequest | MalformedRequest],
         context: grpc.ServicerContext,
         results: queue.Queue[pb.FrameResult | _StreamEnd],
         slots: threading.Semaphore,
@@ -133,8 +140,18 @@ class InferenceServicer(InferenceServiceServicer):
                 while not slots.acquire(timeout=_POLL_S):
                     if stop.is_set():
                         return
-                self._frames.submit(request, results.put, time_remaining_s=_remaining_s(context))
                 submitted += 1
+                if isinstance(request, MalformedRequest):  # answered here; the stream goes on
+                    logger.warning("frame stream from %s: %s", context.peer(), request.message)
+                    results.put(
+                        pb.FrameResult(
+                            status=status_to_proto(
+                                grpc.StatusCode.INVALID_ARGUMENT, request.message
+                            )
+                        )
+                    )
+                    continue
+                self._frames.submit(request, results.put, time_remaining_s=_remaining_s(context))
         except Exception as exc:  # the iterator raises when the RPC is cancelled
             logger.debug("frame stream ended: %r", exc)
         results.put(_StreamEnd(submitted))

@@ -28,6 +28,7 @@ from cloud_service.batching.scheduler import (
 )
 from cloud_service.config import BatchingConfig
 from cloud_service.convert import status_code_from_proto
+from cloud_service.identity import request_problem
 from cloud_service.metrics import ServiceMetrics
 from cloud_service.processor import error_result
 from protos.analytics.v1 import analytics_pb2 as pb
@@ -130,6 +131,13 @@ class DynamicBatcher:
         The callback runs on the batcher's thread or the caller's: keep it short (e.g. a put).
         """
         ticket = _Ticket(request, on_result)
+        problem = request_problem(request)
+        if problem is not None:
+            self._reject(
+                ticket, "invalid_identity", grpc.StatusCode.INVALID_ARGUMENT, problem,
+                admitted=False,
+            )  # fmt: skip
+            return
         with self._cond:
             deadline_s = self._deadline_s(request, time_remaining_s)
             decision = self._scheduler.admit(ticket, stream_key(request), deadline_s)

@@ -326,3 +326,13 @@ def test_stop_without_start_answers_the_queue_unavailable() -> None:
     batcher.stop(grace_s=1.0)
 
     assert replies.codes() == {"agent-1/cam/0": grpc.StatusCode.UNAVAILABLE}
+
+
+def test_stream_labels_are_bounded_and_odd_ids_never_become_labels() -> None:
+    metrics = ServiceMetrics(max_stream_labels=2)
+    assert metrics.stream_labels("agent-1", "cam-1") == ("agent-1", "cam-1")
+    assert metrics.stream_labels("agent-1", "cam-2") == ("agent-1", "cam-2")
+    assert metrics.stream_labels("agent-1", "cam-3") == ("other", "other")  # past the cap
+    assert metrics.stream_labels("agent-1", "cam-1") == ("agent-1", "cam-1")  # still known
+    assert metrics.stream_labels("", "cam-1") == ("invalid", "invalid")
+    assert metrics.stream_labels("agent-1", 'cam"}\n') == ("invalid", "invalid")

@@ -82,9 +82,9 @@ CASES = [
         id="decoder-type",
     ),
     pytest.param(
-        "decoder:\n  max_jpeg_bytes: 16777216\n",
-        "t.yaml:7: decoder.max_jpeg_bytes: decoder.max_jpeg_bytes (16777216) exceeds "
-        "server.max_receive_message_bytes (8388608)",
+        "decoder:\n  max_jpeg_bytes: 134217728\n",
+        "t.yaml:7: decoder.max_jpeg_bytes: decoder.max_jpeg_bytes (134217728) exceeds "
+        "server.max_receive_message_bytes (67108864)",
         id="jpeg-above-message-limit",
     ),
     pytest.param(

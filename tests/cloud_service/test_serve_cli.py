@@ -50,7 +50,12 @@ def test_serve_answers_frames_and_drains_on_sigterm(
         with grpc.insecure_channel(cloud.address) as channel:
             jpeg = simplejpeg.encode_jpeg(np.ascontiguousarray(bus_image), colorspace="BGR")
             request = pb.FrameRequest(
-                camera_id="cam", frame_id=7, jpeg=jpeg, original_width=810, original_height=1080
+                agent_id="agent",
+                camera_id="cam",
+                frame_id=7,
+                jpeg=jpeg,
+                original_width=810,
+                original_height=1080,
             )
             result = InferenceServiceStub(channel).DetectFrame(request, timeout=30)
         assert result.status.code == grpc.StatusCode.OK.value[0]

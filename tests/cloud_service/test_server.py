@@ -200,3 +200,81 @@ def test_serve_until_signalled_drains_on_sigterm() -> None:
         with pytest.raises(grpc.RpcError) as caught:
             InferenceServiceStub(channel).DetectFrame(make_request(), timeout=1.0)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
+
+def test_an_oversized_frame_is_answered_alone_and_its_stream_goes_on(
+    grpc_server_factory: ServerFactory,
+) -> None:
+    # The default transport limit (64 MB) sits well above the JPEG limit (4 MB).
+    running = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL))
+    big = make_request("cam-1", 2, jpeg=b"\xff\xd8" + bytes(10 * 1024 * 1024))
+    requests = [make_request("cam-1", 1), big, make_request("cam-1", 3)]
+
+    results = {r.frame_id: r for r in running.stub.StreamFrames(iter(requests), timeout=30.0)}
+
+    assert sorted(results) == [1, 2, 3]
+    assert results[1].status.code == OK and results[3].status.code == OK
+    assert results[2].status.code == INVALID_ARGUMENT, results[2].status.message
+
+
+def test_malformed_request_bytes_are_invalid_argument_without_a_traceback(
+    grpc_server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL))
+    garbage = b"\xff\xff\xff\xff"
+    unary = running.channel.unary_unary(
+        f"/{SERVICE_NAME}/DetectFrame", response_deserializer=pb.FrameResult.FromString
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        unary(garbage, timeout=RPC_TIMEOUT_S)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed FrameRequest (4 bytes)" in (caught.value.details() or "")
+
+    stream = running.channel.stream_stream(
+        f"/{SERVICE_NAME}/StreamFrames", response_deserializer=pb.FrameResult.FromString
+    )
+    sent = [make_request("cam-1", 1).SerializeToString(), garbage]
+    sent.append(make_request("cam-1", 3).SerializeToString())
+    results = list(stream(iter(sent), timeout=RPC_TIMEOUT_S))
+
+    assert len(results) == 3  # one answer per message, and the stream went on
+    codes = Counter(r.status.code for r in results)
+    assert codes == Counter({OK: 2, INVALID_ARGUMENT: 1})
+    assert {r.frame_id for r in results if r.status.code == OK} == {1, 3}
+    assert "Traceback" not in caplog.text and "Exception deserializing" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("agent_id", "camera_id"),
+    [("", "cam-1"), ("agent-1", ""), ("agent\n1", "cam-1"), ("a" * 257, "cam-1")],
+)
+def test_empty_or_odd_ids_are_invalid_argument(
+    inference_stub: InferenceServiceStub, agent_id: str, camera_id: str
+) -> None:
+    request = make_request(camera_id, 5)
+    request.agent_id = agent_id
+
+    result = inference_stub.DetectFrame(request, timeout=RPC_TIMEOUT_S)
+
+    assert result.status.code == INVALID_ARGUMENT
+    assert "_id" in result.status.message
+
+
+def test_reflection_answers_v1_too(grpc_server_factory: ServerFactory) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    running = grpc_server_factory(DetectorFrameProcessor(FakeDetector(), FAKE_MODEL))
+    call = running.channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    asked = reflection_pb2.ServerReflectionRequest(list_services="*")
+
+    (answer,) = list(call(iter([asked]), timeout=RPC_TIMEOUT_S))
+
+    names = {s.name for s in answer.list_services_response.service}
+    assert {SERVICE_NAME, "grpc.reflection.v1.ServerReflection"} <= names
