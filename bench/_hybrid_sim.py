@@ -344,7 +344,54 @@ ProcessorFactory = Callable[[], tuple[DetectorFrameProcessor, Closeable]]
 """Makes the cloud's frame processor (and what to close after it)."""
 
 
-class CloudAnswers:
+def detection_rows(found: Detections) -> list[list[float]]:
+    """`found` as JSON rows `[x1, y1, x2, y2, confidence, class_id]`."""
+    return [
+        [*map(float, b), float(c), float(k)]
+        for b, c, k in zip(found.xyxy, found.confidence, found.class_id, strict=True)
+    ]
+
+
+def detections_of(rows: Sequence[Sequence[float]]) -> Detections:
+    """The `Detections` of JSON rows made by `detection_rows`."""
+    if not rows:
+        return Detections.empty()
+    array = np.array(rows, dtype=np.float32).reshape(-1, 6)
+    return Detections(array[:, :4], array[:, 4], array[:, 5].astype(np.int64))
+
+
+class DetectionsCache:
+    """Detections computed once per key and kept in a JSON file (written atomically)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._rows: dict[str, list[list[float]]] = (
+            json.loads(path.read_text()) if path.is_file() else {}
+        )
+        self._dirty = False
+        self.computed = 0  # entries computed in this process
+
+    def get(self, key: str, compute: Callable[[], Detections]) -> Detections:
+        """The cached detections of `key`, computed (and counted) when missing."""
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self._rows[key] = detection_rows(compute())
+            self._dirty = True
+            self.computed += 1
+        return detections_of(rows)
+
+    def save(self) -> None:
+        """Write what was computed so far."""
+        if not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._rows))
+        tmp.replace(self.path)
+        self._dirty = False
+
+
+class CloudAnswers(DetectionsCache):
     """The cloud service's answer to a request: cached whole frames, crops computed once.
 
     Crop answers run the service's `DetectorFrameProcessor` on the real request (JPEG crops,
@@ -359,16 +406,10 @@ class CloudAnswers:
         threads: int = 2,
         processor: ProcessorFactory | None = None,
     ) -> None:
+        super().__init__(cache_dir / "regions" / f"{data.scene.root.name}.json")
         self.data = data
-        self.threads = threads
         self._factory = processor or (lambda: cloud_processor(threads))
-        self.path = cache_dir / "regions" / f"{data.scene.root.name}.json"
-        self._rows: dict[str, list[list[float]]] = (
-            json.loads(self.path.read_text()) if self.path.is_file() else {}
-        )
-        self._dirty = False
         self._processor: tuple[DetectorFrameProcessor, Closeable] | None = None
-        self.computed = 0  # requests the cloud detector ran on in this process
 
     def answer(self, request: pb.FrameRequest) -> Detections:
         """The detections (edge class ids, threshold `CACHE_THRESHOLD`) the cloud returns."""
@@ -377,33 +418,13 @@ class CloudAnswers:
             return self.data.cloud[frame_id]
         regions = [(r.x1, r.y1, r.x2, r.y2) for r in request.regions]
         key = f"{frame_id}|q{request.jpeg_quality}|{'' if request.jpeg else regions}"
-        rows = self._rows.get(key)
-        if rows is None:
-            if self._processor is None:
-                self._processor = self._factory()
-            (result,) = self._processor[0].process([request])
-            found = detections_from_result(result, self.data.class_names)
-            rows = [
-                [*map(float, b), float(c), float(k)]
-                for b, c, k in zip(found.xyxy, found.confidence, found.class_id, strict=True)
-            ]
-            self._rows[key] = rows
-            self._dirty = True
-            self.computed += 1
-        if not rows:
-            return Detections.empty()
-        array = np.array(rows, dtype=np.float32).reshape(-1, 6)
-        return Detections(array[:, :4], array[:, 4], array[:, 5].astype(np.int64))
+        return self.get(key, lambda: self._run(request))
 
-    def save(self) -> None:
-        """Write the crop answers computed so far."""
-        if not self._dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._rows))
-        tmp.replace(self.path)
-        self._dirty = False
+    def _run(self, request: pb.FrameRequest) -> Detections:
+        if self._processor is None:
+            self._processor = self._factory()
+        (result,) = self._processor[0].process([request])
+        return detections_from_result(result, self.data.class_names)
 
     def close(self) -> None:
         """Save, and release the cloud detector."""
@@ -413,7 +434,7 @@ class CloudAnswers:
             self._processor = None
 
 
-class EdgeCrops:
+class EdgeCrops(DetectionsCache):
     """The edge detector's boxes in focus crops (`edge_agent.pipeline.focus`), in crop pixels,
     computed once per (frame, crop) and kept in a JSON file per scene like `CloudAnswers`."""
 
@@ -424,44 +445,24 @@ class EdgeCrops:
         threads: int = 2,
         detector: Callable[[], Detector] | None = None,
     ) -> None:
-        self.threads = threads
+        super().__init__(cache_dir / "focus" / f"{data.scene.root.name}.json")
         self._factory = detector or (lambda: edge_detector(threads))
-        self.path = cache_dir / "focus" / f"{data.scene.root.name}.json"
-        self._rows: dict[str, list[list[float]]] = (
-            json.loads(self.path.read_text()) if self.path.is_file() else {}
-        )
-        self._dirty = False
         self._detector: Detector | None = None
-        self.computed = 0
 
     def detect(self, index: int, image: npt.NDArray[np.uint8], tile: Tile) -> Detections:
         """The edge detector's boxes (threshold `CACHE_THRESHOLD`) in `tile` of frame `index`."""
         key = f"{index}|{tile.x0},{tile.y0},{tile.width},{tile.height}"
-        rows = self._rows.get(key)
-        if rows is None:
-            if self._detector is None:
-                self._detector = self._factory()
-            (found,) = self._detector.detect([np.ascontiguousarray(tile.crop(image))])
-            rows = [
-                [*map(float, b), float(c), float(k)]
-                for b, c, k in zip(found.xyxy, found.confidence, found.class_id, strict=True)
-            ]
-            self._rows[key] = rows
-            self._dirty = True
-            self.computed += 1
-        if not rows:
-            return Detections.empty()
-        array = np.array(rows, dtype=np.float32).reshape(-1, 6)
-        return Detections(array[:, :4], array[:, 4], array[:, 5].astype(np.int64))
+        return self.get(key, lambda: self._run(np.ascontiguousarray(tile.crop(image))))
+
+    def _run(self, crop: npt.NDArray[np.uint8]) -> Detections:
+        if self._detector is None:
+            self._detector = self._factory()
+        (found,) = self._detector.detect([crop])
+        return found
 
     def close(self) -> None:
-        """Write what was computed, and release the detector."""
-        if self._dirty:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._rows))
-            tmp.replace(self.path)
-            self._dirty = False
+        """Save, and release the detector."""
+        self.save()
         if self._detector is not None:
             self._detector.close()
             self._detector = None

@@ -45,6 +45,8 @@ from bench._hybrid_sim import (
     SceneData,
     SimRun,
     Variant,
+    detection_rows,
+    detections_of,
     frame_request,
     score_run,
     simulate,
@@ -136,20 +138,6 @@ def _street(found: Detections, names: list[str]) -> Detections:
     return found[keep]
 
 
-def _rows(found: Detections) -> list[list[float]]:
-    return [
-        [*map(float, b), float(c), float(k)]
-        for b, c, k in zip(found.xyxy, found.confidence, found.class_id, strict=True)
-    ]
-
-
-def _detections(rows: list[list[float]]) -> Detections:
-    if not rows:
-        return Detections.empty()
-    array = np.array(rows, dtype=np.float32).reshape(-1, 6)
-    return Detections(array[:, :4], array[:, 4], array[:, 5].astype(np.int64))
-
-
 def _cached_runs(
     name: str, video: Path, frames: int, threads: int
 ) -> tuple[list[Detections], list[float], list[Detections], list[int]]:
@@ -165,7 +153,7 @@ def _cached_runs(
                 started = time.perf_counter()
                 (found,) = detector.detect([image])
                 document["edge_ms"].append((time.perf_counter() - started) * 1000.0)
-                document["edge"].append(_rows(found))
+                document["edge"].append(detection_rows(found))
         processor, engine = cloud_processor(threads)
         try:
             for index, image in enumerate(read_frames(str(video), frames)):
@@ -173,7 +161,7 @@ def _cached_runs(
                 document["bytes"].append(payload_bytes(request))
                 (result,) = processor.process([request])
                 document["cloud"].append(
-                    _rows(_street(detections_from_result(result, names), names))
+                    detection_rows(_street(detections_from_result(result, names), names))
                 )
         finally:
             engine.close()
@@ -183,9 +171,9 @@ def _cached_runs(
         tmp.replace(path)
     document = json.loads(path.read_text())
     return (
-        [_detections(r) for r in document["edge"]],
+        [detections_of(r) for r in document["edge"]],
         [float(v) for v in document["edge_ms"]],
-        [_detections(r) for r in document["cloud"]],
+        [detections_of(r) for r in document["cloud"]],
         [int(v) for v in document["bytes"]],
     )
 

@@ -344,6 +344,8 @@ def _create_tracks(
     """Start confirmed tracks for the confident cloud boxes no track explains; how many."""
     created = 0
     present = [t.to_xyxy() for t in tracker.tracks]
+    if s.new_track_min_score >= 1.0:  # off (a cloud answering exactly 1.0 starts nothing)
+        return 0
     for c in unmatched:
         if float(cloud.confidence[c]) < max(s.new_track_min_score, s.min_cloud_score):
             continue
