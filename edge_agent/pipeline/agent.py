@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from configkit.secrets import SecretError
 from detection.detections import Detections
 from detection.detector import Detector
@@ -33,6 +31,7 @@ from edge_agent.escalation.encode import detections_from_result
 from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
 from edge_agent.pipeline.escalation import EscalationStage
+from edge_agent.pipeline.focus import detect_crops
 from edge_agent.pipeline.status import CameraStatus
 from edge_agent.pipeline.telemetry import AgentTelemetry
 from edge_agent.rules import RuleEvent
@@ -226,19 +225,12 @@ class EdgeAgent:
     ) -> dict[str, list[tuple[Tile, Detections]]]:
         """The detector on every camera's focus crops (small tracks the cloud vouched for),
         in one batch; the crops' boxes per camera, in crop pixels."""
-        planned = [(w, f, tile) for w, f in batch for tile in w.focus_tiles(f)]
-        if not planned:
-            return {}
-        crops = [np.ascontiguousarray(tile.crop(f.image)) for _, f, tile in planned]
+        planned = [(w.name, f.image, tile) for w, f in batch for tile in w.focus_tiles(f)]
         try:
-            found = self.detector.detect(crops)
+            return detect_crops(self.detector, planned)
         except DetectionError as exc:  # the frames' own detections still count
-            logger.error("detector failed on %d focus crop(s): %s", len(crops), exc)
+            logger.error("detector failed on %d focus crop(s): %s", len(planned), exc)
             return {}
-        out: dict[str, list[tuple[Tile, Detections]]] = {}
-        for (worker, _, tile), boxes in zip(planned, found, strict=True):
-            out.setdefault(worker.name, []).append((tile, boxes))
-        return out
 
     def _fuse_answers(self) -> None:
         if self.escalation is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -98,6 +99,28 @@ def _tile_around(box: FloatArray, crop_px: int, width: int, height: int) -> Tile
         inner_right=x0 + crop_w < width,
         inner_bottom=y0 + crop_h < height,
     )
+
+
+class BatchDetector(Protocol):
+    """What runs the edge model on a batch of images (`detection.detector.Detector`)."""
+
+    def detect(self, images: Sequence[npt.NDArray[np.uint8]]) -> list[Detections]:
+        """One `Detections` per image, boxes in that image's pixels."""
+        ...
+
+
+def detect_crops(
+    detector: BatchDetector, planned: Sequence[tuple[str, npt.NDArray[np.uint8], Tile]]
+) -> dict[str, list[tuple[Tile, Detections]]]:
+    """Run `detector` once on every planned crop `(camera, frame image, tile)`; the crops'
+    boxes (crop pixels) per camera, in plan order."""
+    if not planned:
+        return {}
+    found = detector.detect([np.ascontiguousarray(tile.crop(image)) for _, image, tile in planned])
+    out: dict[str, list[tuple[Tile, Detections]]] = {}
+    for (camera, _, tile), boxes in zip(planned, found, strict=True):
+        out.setdefault(camera, []).append((tile, boxes))
+    return out
 
 
 @dataclass(frozen=True)

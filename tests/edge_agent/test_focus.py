@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import cv2
 import numpy as np
 
+from detection.config import DetectorConfig
 from detection.detections import Detections
+from detection.detector import Detector
+from detection.runtimes.config import OnnxRuntimeConfig
 from detection.slicing import Tile
 from edge_agent.config.escalation import FocusConfig
-from edge_agent.pipeline.focus import merge_focus, plan_focus
+from edge_agent.pipeline.focus import detect_crops, merge_focus, plan_focus
 from edge_agent.tracking import DeepSortTracker
 from edge_agent.tracking.track import Track
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FRAME = (640, 360)
 SEEN = 0.3  # the tracker's threshold for starting tracks
 
@@ -93,3 +101,28 @@ def test_a_box_that_may_not_start_a_track_only_continues_one() -> None:
     tracker.update(box)
     out = tracker.update(box, may_start=np.array([False]))
     assert out.tracker_id.tolist() == [1]
+
+
+def test_a_crop_finds_the_small_real_people_the_whole_frame_misses(
+    bus_image: np.ndarray[Any, np.dtype[np.uint8]],
+) -> None:
+    # bus.jpg shrunk so its people are ~50 px tall in a 1280x720 frame: at the edge model's
+    # 320x416 input they are ~16 px, too small; in a 200 px crop they are at twice the scale.
+    small = cv2.resize(bus_image, None, fx=0.13, fy=0.13, interpolation=cv2.INTER_AREA)
+    frame = np.full((720, 1280, 3), 114, np.uint8)
+    frame[400 : 400 + small.shape[0], 900 : 900 + small.shape[1]] = small
+    tile = Tile(860, 360, 200, 200, True, True, True, True)
+    config = DetectorConfig(
+        runtime=OnnxRuntimeConfig(model_path=REPO_ROOT / "models/coco/nanodet-coco-int8.onnx"),
+        input_size=(320, 416),
+        confidence_threshold=0.35,
+        classes=["person"],
+    )
+    with Detector.from_config(config) as detector:
+        (whole,) = detector.detect([frame])
+        found = detect_crops(detector, [("cam", frame, tile)])
+    assert len(whole) == 0
+    ((crop_tile, boxes),) = found["cam"]
+    assert crop_tile == tile and len(boxes) >= 2
+    in_frame = boxes.xyxy + np.array([tile.x0, tile.y0, tile.x0, tile.y0])
+    assert np.all((in_frame[:, 0] >= 890) & (in_frame[:, 2] <= 1015))  # on the shrunk bus
