@@ -103,11 +103,12 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("new tracks >= 0.5", {"fusion": {"new_track_min_score": 0.5}}),
         ("box correction 0.5", {"fusion": {"box_correction_gain": 0.5}}),
-        ("relabel off", {"fusion": {"relabel": False}}),
+        ("relabel on", {"fusion": {"relabel": True}}),
         ("focus off", {"focus": {"enabled": False}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
         ("focus, any new object", {"focus": {"new_object_min_score": 0.0}}),
-        ("focus, vouch = hold", {"fusion": {"vouch_ms": 0}}),
+        ("score lift for life", {"fusion": {"vouch_ms": None}}),
+        ("relabel on, score lift for life", {"fusion": {"relabel": True, "vouch_ms": None}}),
     ]
     for label, updates in policy:
         out.append(

@@ -229,7 +229,7 @@ def prepare_clip(name: str, frames: int | None, threads: int, confidence: float)
 
 
 def variants() -> list[Variant]:
-    """Edge only, cloud only, the hybrid at each budget, focus off and the oracle at 2 f/s."""
+    """Edge only, cloud only, the hybrid at each budget, settings at 2 f/s, the oracle."""
     out = [Variant("edge only", "edge"), Variant("cloud only", "cloud", cloud_threshold=0.3)]
     for fps in BUDGETS:
         out.append(

@@ -5,8 +5,9 @@ against the boxes the tracks had *at that frame* (`Track.history`), then:
 
 - only confident cloud boxes count (`min_cloud_score`), one per object whatever its class;
 - a matched track whose box agrees with the cloud's (`confirm_iou`) is *confirmed*: it is
-  reported with at least the cloud's score, for `hold_frames` even where the edge misses it,
-  and takes the cloud's class as a heavy vote (`relabel`); a tentative one is confirmed at once; the
+  reported for `hold_frames` even where the edge misses it (at the cloud's score there), its
+  own detections keep the edge's score unless `vouch_frames` lifts them to the cloud's,
+  and with `relabel` takes the cloud's class as a heavy vote; a tentative one is confirmed; the
   current state can be nudged by the cloud's box offset (`box_correction_gain`);
 - a track the cloud looked at and returned no box for at all (not even a weak one of another
   class) is *rejected* when the edge never scored it well (`reject_below_edge_score`): it is no
@@ -58,13 +59,13 @@ class FusionSettings:
     min_cloud_score: float = 0.5
     duplicate_iou: float = 0.7
     hold_frames: int = 12
-    vouch_frames: int = -1  # -1: a cloud confirmation lifts the score for the track's life
+    vouch_frames: int = 0  # frames a confirmation lifts the score (0: never, -1: for life)
     min_iou: float = 0.3
     covered_iou: float = 0.5
     box_correction_gain: float = 0.5
     new_track_min_score: float = 0.5
     remove_tentative: bool = True
-    relabel: bool = True
+    relabel: bool = False
     history_tolerance_frames: int = 1
     confirm_iou: float = 0.5
     reject_below_edge_score: float = 0.7
@@ -74,8 +75,8 @@ class FusionSettings:
 
     @property
     def vouch(self) -> int:
-        """Frames a confirmation lifts a track's score: -1 (ever), else at least the hold."""
-        return -1 if self.vouch_frames < 0 else max(self.vouch_frames, self.hold_frames)
+        """Frames a confirmation lifts a matched track's score: 0 never, -1 for life."""
+        return self.vouch_frames
 
     @classmethod
     def from_config(cls, config: FusionConfig, fps: float) -> FusionSettings:

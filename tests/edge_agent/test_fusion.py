@@ -10,6 +10,7 @@ from edge_agent.tracking import DeepSortTracker
 from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
 
 PERSON, CAR = 0, 1
+LIFT = FusionSettings(vouch_frames=-1)  # a confirmation lifts the track's score for life
 
 
 def _dets(*rows: tuple[float, float, float, float, float, int]) -> Detections:
@@ -34,7 +35,8 @@ def test_cloud_class_overrides_a_young_tracks_edge_class_but_not_a_long_history(
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
     (track,) = tracker.tracks
-    result = fuse_answer(tracker, 1, _dets((*_moving_box(1), 0.95, PERSON)))
+    relabel = FusionSettings(relabel=True)
+    result = fuse_answer(tracker, 1, _dets((*_moving_box(1), 0.95, PERSON)), settings=relabel)
     assert (result.matched, result.reclassified) == (1, 1)
     assert track.class_id == PERSON
     out = tracker.update(_dets((*_moving_box(3), 0.9, CAR)))
@@ -199,7 +201,7 @@ def test_a_rejected_track_comes_back_under_its_id_when_the_cloud_sees_it() -> No
     assert fuse_answer(tracker, 4, Detections.empty()).rejected == (track.track_id,)
     for f in range(6, 9):
         assert tracker.update(_dets((*_moving_box(f), 0.5, PERSON))).tracker_id.tolist() == [-1]
-    fuse_answer(tracker, 8, _dets((*_moving_box(8), 0.8, PERSON)))
+    fuse_answer(tracker, 8, _dets((*_moving_box(8), 0.8, PERSON)), settings=LIFT)
     out = tracker.update(_dets((*_moving_box(9), 0.5, PERSON)))
     assert out.tracker_id.tolist() == [track.track_id]
     assert out.confidence.tolist() == pytest.approx([0.8])  # vouched for by the cloud
@@ -214,14 +216,26 @@ def test_only_a_cloud_box_that_agrees_with_the_track_vouches_for_it(
 ) -> None:
     tracker = _one_track(0.4)
     x1, y1, x2, y2 = _moving_box(4)
-    result = fuse_answer(tracker, 4, _dets((x1 + shift, y1, x2 + shift, y2, 0.9, CAR)))
+    result = fuse_answer(
+        tracker, 4, _dets((x1 + shift, y1, x2 + shift, y2, 0.9, CAR)), settings=LIFT
+    )
     assert result.matched == 1 and result.rejected == ()
     out = tracker.update(_dets((*_moving_box(6), 0.4, PERSON)))
     assert out.confidence.tolist() == pytest.approx([0.9 if vouched else 0.4])
 
 
+def test_by_default_a_confirmation_keeps_the_edge_score_and_holds_at_the_clouds() -> None:
+    tracker = _one_track(0.4)
+    settings = FusionSettings(hold_frames=3)  # vouch_frames 0: no lift
+    fuse_answer(tracker, 4, _dets((*_moving_box(4), 0.9, PERSON)), settings=settings)
+    out = tracker.update(_dets((*_moving_box(6), 0.4, PERSON)))
+    assert out.confidence.tolist() == pytest.approx([0.4])  # the edge's own detection
+    held = tracker.update(Detections.empty())  # the edge misses it: held at the cloud's score
+    assert held.confidence.tolist() == pytest.approx([0.9])
+
+
 def test_an_untrusted_cloud_only_vouches_and_a_trusted_one_corrects() -> None:
-    settings = FusionSettings(min_agreement=0.8, trust_min_checks=3, hold_frames=0)
+    settings = FusionSettings(min_agreement=0.8, trust_min_checks=3, hold_frames=0, relabel=True)
     sure = (*_moving_box(4, x0=300), 0.9, PERSON)  # another object the edge is sure of
     tracker = DeepSortTracker(n_init=1)
     for f in range(6):
