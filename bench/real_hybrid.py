@@ -239,16 +239,20 @@ def variants() -> list[Variant]:
                 _budget(fps),
                 cloud_threshold=0.3,
                 is_default=fps == 2.0,
-            )  # fmt: skip
+            )
         )
-    out.append(
-        Variant(
-            "hybrid 2 f/s, focus off",
-            "hybrid",
-            _budget(2.0, focus={"enabled": False}),
-            cloud_threshold=0.3,
-        )  # fmt: skip
-    )
+    what: list[tuple[str, dict[str, Any]]] = [
+        ("focus off", {"focus": {"enabled": False}}),
+        ("relabel on", {"fusion": {"relabel": True}}),
+        ("score lift for life", {"fusion": {"vouch_ms": None}}),
+        ("relabel on, score lift for life", {"fusion": {"relabel": True, "vouch_ms": None}}),
+    ]
+    for label, updates in what:
+        out.append(
+            Variant(
+                f"hybrid 2 f/s, {label}", "hybrid", _budget(2.0, **updates), cloud_threshold=0.3
+            )
+        )
     out.append(Variant("oracle 2 f/s", "hybrid", _budget(2.0), oracle=True))
     return out
 
