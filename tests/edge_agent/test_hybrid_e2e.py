@@ -119,7 +119,7 @@ def test_hybrid_loop_survives_the_cloud_going_away(
         time.sleep(5.0)
         frames_while_down = _metric(metrics_port, "edge_agent_frames_total") - frames_before
         cloud.start()  # same port: the client reconnects on its own
-        time.sleep(SCENE_S - 9.0 + 4.0)
+        time.sleep(SCENE_S - 9.0 + 6.0)  # a whole loop after the restart, with margin
         answered_after = _metric(metrics_port, "edge_agent_escalations_total", outcome="answered")
     finally:
         code = agent.stop()
