@@ -51,7 +51,7 @@ from bench._hybrid_sim import (
     score_run,
     simulate,
 )
-from bench.hybrid_tradeoff import _budget
+from bench.hybrid_tradeoff import _budget, _number
 from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
 from cloud_service.processor import DetectorFrameProcessor, ModelInfo
@@ -309,21 +309,21 @@ def main(argv: list[str] | None = None) -> int:
             share = run.sent / data.n_frames
             cells.append(f"{_pct(share)} / {kb_s:.0f} / {_f(scores.map50)} / {_f(scores.f1)}")
             per_clip[data.label] = {
-                "escalated_fraction": round(share, 4),
-                "kb_per_s": round(kb_s, 2),
-                "map50": round(scores.map50, 4),
-                "f1": round(scores.f1, 4),
+                "escalated_fraction": _number(share),
+                "kb_per_s": _number(kb_s),
+                "map50": _number(scores.map50),
+                "f1": _number(scores.f1),
                 "focus_crops": run.focus_crops,
             }
-        mean_map = float(np.mean([s.map50 for _, _, s in results[variant.name]]))
-        mean_f1 = float(np.mean([s.f1 for _, _, s in results[variant.name]]))
+        mean_map = float(np.nanmean([s.map50 for _, _, s in results[variant.name]]))
+        mean_f1 = float(np.nanmean([s.f1 for _, _, s in results[variant.name]]))
         label = f"**{variant.name}** (default)" if variant.is_default else variant.name
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {mean_map:.3f} | {mean_f1:.3f} |")
         records.append(
             {
                 "name": variant.name,
-                "map50": round(mean_map, 4),
-                "f1": round(mean_f1, 4),
+                "map50": _number(mean_map),
+                "f1": _number(mean_f1),
                 "clips": per_clip,
             }  # fmt: skip
         )
