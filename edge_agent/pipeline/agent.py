@@ -290,9 +290,17 @@ class EdgeAgent:
                     rule.name,
                     unknown,
                 )
-        fusion = FusionSettings.from_config(self.config.escalation.fusion, camera.target_fps)
+        escalation = self.config.escalation
         self.workers.append(
-            CameraWorker(camera, source, tracker, names, fusion=fusion, escalator=self.escalation)
+            CameraWorker(
+                camera,
+                source,
+                tracker,
+                names,
+                fusion=FusionSettings.from_config(escalation.fusion, camera.target_fps),
+                escalator=self.escalation,
+                focus=escalation.focus if self.escalation is not None else None,
+            )
         )
 
     def _on_state_change(

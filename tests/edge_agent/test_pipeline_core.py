@@ -3,17 +3,21 @@ injected clock, fusion of answers, retractions of cloud-rejected tracks."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import yaml
 
 from detection.detections import Detections
 from edge_agent.capture.frames import CapturedFrame
-from edge_agent.config import CameraConfig, EscalationConfig
+from edge_agent.config import CameraConfig, EdgeAgentConfig, EscalationConfig
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.escalation import EscalationDecider, EscalationDecision, FrameSignals
-from edge_agent.pipeline import CameraPipeline
+from edge_agent.pipeline import CameraPipeline, EdgeAgent
 from edge_agent.tracking import CameraTracker, NoEmbedder
 from edge_agent.tracking.fusion import FusionSettings
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGE = np.zeros((200, 200, 3), np.uint8)
 
 
@@ -122,3 +126,25 @@ def test_frames_are_chosen_at_the_target_rate_and_only_with_motion() -> None:
     gated = CameraPipeline(_camera(motion={"enabled": True}), _tracker(), ["person"])
     assert [gated.admit(_frame(i)) for i in range(3)].count(True) >= 1
     assert gated.counters.skipped_motion >= 1  # a still picture: nothing new to look at
+
+
+def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: Path) -> None:
+    document = yaml.safe_load((REPO_ROOT / "configs" / "edge-agent.minimal.yaml").read_text())
+    document["detector"]["runtime"]["model_path"] = str(
+        REPO_ROOT / "models" / "coco" / "nanodet-coco-int8.onnx"
+    )
+    document["mqtt"] = {"outbox_path": str(tmp_path / "outbox.sqlite")}
+    alone = EdgeAgent.from_config(EdgeAgentConfig.model_validate(document))
+    try:
+        assert alone.escalation is None and alone.workers[0].focus is None
+    finally:
+        alone.close(flush_timeout_s=0.1)
+    document["escalation"] = {"enabled": True, "cloud_address": "127.0.0.1:9"}
+    config = EdgeAgentConfig.model_validate(document)
+    hybrid = EdgeAgent.from_config(config)
+    try:
+        worker = hybrid.workers[0]
+        assert worker.focus == config.escalation.focus and worker.escalator is hybrid.escalation
+        assert worker.fusion.relabel is False and worker.fusion.vouch == 0  # the defaults
+    finally:
+        hybrid.close(flush_timeout_s=0.1)
