@@ -613,7 +613,6 @@ def simulate(
             raise ValueError("a hybrid variant with focus crops needs EdgeCrops")
         focus = [(tile, crops.detect(index, image, tile)) for tile in tiles] if crops else []
         outcome = pipeline.process(frame, detections, focus=focus)
-        run.focus_crops += len(tiles)
         run.events += outcome.events
         run.outputs.append(outcome.detections)
         decision = outcome.decision
@@ -663,6 +662,7 @@ def simulate(
         in_flight.append(_InFlight(index + variant.rtt_frames, index, cloud))
     run.events += pipeline.withdrawn()
     run.fusion = pipeline.counters.fusion
+    run.focus_crops = pipeline.counters.focus_crops
     return run
 
 

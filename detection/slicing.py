@@ -309,6 +309,19 @@ def _merge_one_class(
     return np.asarray(boxes, dtype=np.float32).reshape(-1, 4), np.asarray(kept, dtype=np.int64)
 
 
+def nms_kept(found: Detections, metric: OverlapMetric, threshold: float) -> npt.NDArray[np.int64]:
+    """Indices (ascending) of the boxes a greedy per-class NMS keeps: most confident first, a
+    box overlapping a kept one of its class above `threshold` (`metric`) is suppressed."""
+    keep: list[int] = []
+    for class_id in np.unique(found.class_id):
+        members = np.flatnonzero(found.class_id == class_id)
+        _, kept = _merge_one_class(
+            found.xyxy[members], found.confidence[members], "nms", metric, threshold
+        )
+        keep.extend(int(i) for i in members[kept])
+    return np.asarray(sorted(keep), dtype=np.int64)
+
+
 def merge_detections(
     found: Detections, method: MergeMethod, metric: OverlapMetric, threshold: float
 ) -> Detections:

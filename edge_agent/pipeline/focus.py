@@ -18,14 +18,19 @@ import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
-from detection.slicing import SlicingConfig, Tile, box_overlap, cut_by_tile, tile_to_frame
+from detection.slicing import (
+    SlicingConfig,
+    Tile,
+    box_overlap,
+    cut_by_tile,
+    nms_kept,
+    tile_to_frame,
+)
 from edge_agent.config.escalation import FocusConfig
 from edge_agent.tracking.track import Track
 
 FloatArray = npt.NDArray[np.float32]
-_MERGE = SlicingConfig(
-    enabled=True, merge_method="nms"
-)  # per class, IoS; no box growth  # NMS per class, cut boxes dropped where a whole one covers
+CUT_MARGIN_PX = SlicingConfig().cut_margin_px  # a crop's cut boxes, as sliced inference's
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ def merge_focus(
     """
     added: list[Detections] = []
     for tile, boxes in found:
-        boxes = boxes[~cut_by_tile(boxes.xyxy, tile, _MERGE.cut_margin_px)]
+        boxes = boxes[~cut_by_tile(boxes.xyxy, tile, CUT_MARGIN_PX)]
         added.append(tile_to_frame(boxes, tile, frame_shape))
     extra = Detections.concatenate(added) if added else Detections.empty()
     if len(extra) and len(full):
@@ -162,7 +167,7 @@ def merge_focus(
     new = extra.confidence >= new_object_min_score
     extra, near, new = extra[near | new], near[near | new], new[near | new]
     if len(extra) > 1:
-        order = merge_order(extra)
+        order = nms_kept(extra, "ios", EXPLAINED_IOS)
         extra, near, new = extra[order], near[order], new[order]
     may_start = np.concatenate([np.ones(len(full), dtype=np.bool_), new & ~near])
     return FocusedDetections(Detections.concatenate([full, extra]), may_start)
@@ -170,19 +175,3 @@ def merge_focus(
 
 FOLLOW_IOU = 0.1
 EXPLAINED_IOS = 0.5
-
-
-def merge_order(found: Detections) -> npt.NDArray[np.int64]:
-    """Indices of the boxes kept by a per-class NMS (IoS 0.5), most confident first."""
-    keep: list[int] = []
-    for class_id in np.unique(found.class_id):
-        members = np.flatnonzero(found.class_id == class_id)
-        order = members[np.argsort(-found.confidence[members], kind="stable")]
-        overlap = box_overlap(found.xyxy[order], found.xyxy[order], "ios")
-        taken = np.zeros(len(order), dtype=np.bool_)
-        for i in range(len(order)):
-            if taken[i]:
-                continue
-            keep.append(int(order[i]))
-            taken |= overlap[i] > EXPLAINED_IOS
-    return np.asarray(sorted(keep), dtype=np.int64)
