@@ -80,6 +80,25 @@ class ServerConfig(StrictModel):
     grace_period_s: float = Field(
         default=10.0, ge=0.0, le=600.0, description="Drain time for in-flight work on shutdown."
     )
+    max_connection_age_s: float = Field(
+        default=300.0,
+        ge=0.0,
+        le=86_400.0,
+        description=(
+            "Connections older than this (+-10 % jitter) are asked to go away (HTTP/2 GOAWAY), so "
+            "clients re-resolve and long-lived streams spread onto replicas added since; 0: never."
+        ),
+    )
+    max_connection_age_grace_s: float = Field(
+        default=30.0,
+        ge=0.0,
+        le=3_600.0,
+        description=(
+            "How long the streams of a connection asked to go away may still run before they "
+            "are cancelled; the edge client moves to a new stream well before (it rotates on "
+            "GOAWAY) and resends what was unanswered."
+        ),
+    )
     tls: TlsConfig | None = Field(default=None, description="TLS; none serves plaintext.")
     auth_tokens_env: str | None = Field(
         default=None,

@@ -81,7 +81,14 @@ class DrainingServer(grpc.Server):
 
 
 def _channel_options(config: ServerConfig) -> list[tuple[str, int]]:
+    age: list[tuple[str, int]] = []
+    if config.max_connection_age_s > 0:
+        age = [
+            ("grpc.max_connection_age_ms", round(config.max_connection_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", round(config.max_connection_age_grace_s * 1000)),
+        ]
     return [
+        *age,
         ("grpc.max_receive_message_length", config.max_receive_message_bytes),
         ("grpc.max_send_message_length", config.max_send_message_bytes),
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
 from configkit.base import StrictModel
-from configkit.common import HOST_PORT_PATTERN
 from configkit.secrets import SecretRef
 from configkit.yaml_loader import config_error_at
+
+_HOST_PORT = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}"
+_IPV4_PORT = r"\d{1,3}(?:\.\d{1,3}){3}:\d{1,5}"
+_IPV6_PORT = r"\[[0-9A-Fa-f:.]+\]:\d{1,5}"
+# The gRPC target forms the client takes: `host:port`, `dns:///name:port` (every address the
+# name resolves to, re-resolved when a connection goes away) and gRPC's static address lists.
+GRPC_TARGET_PATTERN = (
+    rf"^(?:(?:dns:(?://[A-Za-z0-9_.:-]*)?/)?{_HOST_PORT}"
+    rf"|ipv4:{_IPV4_PORT}(?:,{_IPV4_PORT})*"
+    rf"|ipv6:{_IPV6_PORT}(?:,{_IPV6_PORT})*)$"
+)
 
 
 class EscalationWeights(StrictModel):
@@ -328,8 +338,20 @@ class EscalationConfig(StrictModel):
     enabled: bool = Field(default=False, description="Escalate hard frames to the cloud.")
     cloud_address: str | None = Field(
         default=None,
-        pattern=HOST_PORT_PATTERN,
-        description="gRPC target `host:port` of the cloud service; required when enabled.",
+        pattern=GRPC_TARGET_PATTERN,
+        description=(
+            "gRPC target of the cloud service; required when enabled. `host:port`; "
+            "`dns:///name:port` for every replica a name resolves to (a Kubernetes headless "
+            "Service); or a static list `ipv4:10.0.0.5:50051,10.0.0.6:50051`."
+        ),
+    )
+    load_balancing: Literal["round_robin", "pick_first"] = Field(
+        default="round_robin",
+        description=(
+            "gRPC load-balancing policy over the target's addresses: `round_robin` places each "
+            "new stream on the next ready replica (streams move when a replica goes away or a "
+            "connection ages out); `pick_first` sticks to the first address that answers."
+        ),
     )
     tls: bool = Field(default=False, description="Use TLS to the cloud service.")
     tls_ca_path: Path | None = Field(

@@ -3,7 +3,19 @@
 `submit` never blocks: it queues a frame or refuses it (window or queue full, not connected).
 A background thread keeps the stream open, reopens it with jittered exponential back-off when
 it breaks, and hands every frame exactly one `EscalationResult`: the cloud's answer, or a local
-failure (stream broke, answer overdue, client closed) with its reason.
+failure (answer overdue, stream broke for good, client closed) with its reason.
+
+Streams move between cloud replicas without losing frames:
+- When the connection under the stream is asked to go away (the server's `max_connection_age`
+  sends HTTP/2 GOAWAY; the channel leaves READY), the client *rotates*: it half-closes the old
+  stream, which still delivers the answers of its frames in flight, and opens a new one (on a new
+  connection, which the channel's load balancer places). Frames submitted meanwhile wait in the
+  send queue; nothing is refused.
+- When a stream that was answering breaks with UNAVAILABLE or INTERNAL (a replica died, a
+  connection was cut after its grace, an Envoy in between reset the stream),
+  the frames it left unanswered are sent once more on the next stream while their deadline
+  allows, and the client reconnects at once if that stream had been healthy. An answer is
+  delivered once: a second answer for the same request is counted as late and dropped.
 """
 
 from __future__ import annotations
@@ -35,6 +47,9 @@ _POLL_S = 0.05
 _MS_PER_S = 1000.0
 _CODES_BY_VALUE: dict[int, grpc.StatusCode] = {int(code.value[0]): code for code in grpc.StatusCode}
 _OVERLOAD_CODES = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+# How a stream that was answering ends when its replica dies or its connection ages out:
+# directly UNAVAILABLE; through Envoy the upstream reset arrives as INTERNAL (RST_STREAM).
+_TRANSPORT_BREAK_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
 
 
 class EscalationClientError(RuntimeError):
@@ -102,6 +117,8 @@ class ClientStats:
     results_dropped: int
     reconnects: int
     in_flight: int
+    rotations: int
+    resent: int
     rtt_last_s: float | None
     rtt_samples_s: tuple[float, ...]
 
@@ -116,6 +133,8 @@ class _Counters:
     late_answers: int = 0
     results_dropped: int = 0
     reconnects: int = 0
+    rotations: int = 0
+    resent: int = 0
 
 
 @dataclass
@@ -123,16 +142,19 @@ class _Pending:
     camera_id: str
     frame_id: int
     expires_at: float
+    request: pb.FrameRequest
     sent_at: float | None = None
+    resent: bool = False
 
 
 ResultCallback = Callable[[EscalationResult], None]
 
 
-def channel_options(config: EscalationConfig) -> list[tuple[str, int]]:
-    """Keepalive, reconnect back-off and message limits of the channel to the cloud."""
+def channel_options(config: EscalationConfig) -> list[tuple[str, int | str]]:
+    """Load balancing, keepalive, reconnect back-off and message limits of the cloud channel."""
     connection = config.connection
     return [
+        ("grpc.lb_policy_name", config.load_balancing),
         ("grpc.keepalive_time_ms", connection.keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", connection.keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", 1),
@@ -191,10 +213,9 @@ class EscalationClient:
         self._closing = threading.Event()
         self._connected_event = threading.Event()
         # One send queue per stream, so a retired stream's request iterator cannot take frames
-        # meant for its successor.
-        self._send_queue: queue.Queue[pb.FrameRequest] = queue.Queue(
-            maxsize=connection.send_queue_frames
-        )
+        # meant for its successor; unbounded: `submit` enforces `send_queue_frames`, resent
+        # frames may go above it.
+        self._send_queue: queue.Queue[pb.FrameRequest] = queue.Queue()
         self._pending: dict[str, _Pending] = {}
         self._results: deque[EscalationResult] = deque()
         self._rtt: deque[float] = deque(maxlen=rtt_samples_kept)
@@ -203,6 +224,8 @@ class EscalationClient:
         self._was_connected = False
         self._generation = 0
         self._stream_open = False
+        self._rotating = False
+        self._stream_answers = 0
         self._channel_ready = False
         self._call: grpc.RpcContext | None = None
         self._channel: grpc.Channel | None = None
@@ -298,7 +321,11 @@ class EscalationClient:
             if self._state is not ClientState.CONNECTED:
                 self._counts.dropped_disconnected += 1
                 return False
-            if len(self._pending) >= max_in_flight or self._send_queue.full():
+            queued = self._send_queue.qsize()
+            if (
+                len(self._pending) >= max_in_flight
+                or queued >= self._config.connection.send_queue_frames
+            ):
                 self._counts.dropped_full += 1
                 return False
             if request.request_id in self._pending:
@@ -306,7 +333,7 @@ class EscalationClient:
             remaining_s = request.deadline.ToNanoseconds() / 1e9 - self._wall_clock()
             grace_s = self._config.connection.answer_grace_ms / _MS_PER_S
             self._pending[request.request_id] = _Pending(
-                request.camera_id, request.frame_id, self._clock() + remaining_s + grace_s
+                request.camera_id, request.frame_id, self._clock() + remaining_s + grace_s, request
             )
             self._send_queue.put_nowait(request)
         return True
@@ -351,6 +378,8 @@ class EscalationClient:
                 results_dropped=counts.results_dropped,
                 reconnects=counts.reconnects,
                 in_flight=len(self._pending),
+                rotations=counts.rotations,
+                resent=counts.resent,
                 rtt_last_s=self._rtt[-1] if self._rtt else None,
                 rtt_samples_s=tuple(self._rtt),
             )
@@ -383,11 +412,41 @@ class EscalationClient:
 
     def _on_connectivity(self, connectivity: grpc.ChannelConnectivity) -> None:
         with self._lock:
+            was_ready = self._channel_ready
             self._channel_ready = connectivity is grpc.ChannelConnectivity.READY
             if self._channel_ready and self._stream_open:
                 self._became_connected()
             elif not self._channel_ready and self._state is ClientState.CONNECTED:
-                self._set_state(ClientState.CONNECTING)
+                # only the fall from READY means "going away", not the states of a reconnect
+                rotate = was_ready and self._stream_open and not self._closing.is_set()
+                if rotate and not self._rotating:
+                    self._rotate()
+                elif not self._stream_open:
+                    self._set_state(ClientState.CONNECTING)
+                # else: a rotated stream waits for its new connection; frames queue meanwhile
+
+    def _rotate(self) -> None:
+        """Lock held: the connection goes away; drain the stream, queue frames for the next.
+
+        The request iterator of the current stream returns (the call half-closes), the server
+        answers what it was sent and ends the stream; `_run` then opens the next one at once.
+        If the connection is really broken, the stream breaks instead and `_after_break` runs.
+        """
+        self._rotating = True
+        self._generation += 1
+        self._swap_send_queue()
+        logger.info(
+            "escalation connection to %s is going away: moving to a new stream", self._target
+        )
+
+    def _swap_send_queue(self) -> None:
+        """Lock held: a fresh send queue for the next stream, with the frames not yet sent."""
+        old, self._send_queue = self._send_queue, queue.Queue()
+        while True:
+            try:
+                self._send_queue.put_nowait(old.get_nowait())
+            except queue.Empty:
+                return
 
     def _became_connected(self) -> None:
         """Lock held: the stream is open on a ready channel."""
@@ -408,6 +467,8 @@ class EscalationClient:
             code, message = self._stream_once(stub)
             if self._closing.is_set():
                 break
+            if self._rotated(code):
+                continue
             delay_s = self._after_break(code, message)
             self._closing.wait(delay_s)
             with self._lock:
@@ -419,20 +480,17 @@ class EscalationClient:
         with self._lock:
             self._generation += 1
             generation = self._generation
-            send_queue: queue.Queue[pb.FrameRequest] = queue.Queue(
-                maxsize=self._config.connection.send_queue_frames
-            )
-            self._send_queue = send_queue
-            requests = self._requests(generation, send_queue)
+            requests = self._requests(generation, self._send_queue)
             call = stub.StreamFrames(requests, metadata=self._metadata)
             self._call = call
             self._stream_open = True
+            self._stream_answers = 0
             if self._channel_ready:
                 self._became_connected()
         try:
             for result in call:
                 self._on_answer(result)
-            return grpc.StatusCode.UNAVAILABLE, "the cloud ended the stream"
+            return grpc.StatusCode.OK, "the cloud ended the stream"
         except grpc.RpcError as exc:
             return exc.code(), str(exc.details() or "")
         except Exception as exc:  # keep the thread alive: a bug here must not stop escalation
@@ -442,14 +500,39 @@ class EscalationClient:
             with self._lock:
                 self._stream_open = False
                 self._call = None
-                self._generation += 1  # retire this stream's request iterator
-                if self._state is ClientState.CONNECTED:
-                    self._set_state(ClientState.CONNECTING)
+                if not self._rotating:  # a rotation retired the iterator and swapped the queue
+                    self._generation += 1  # retire this stream's request iterator
+                    self._swap_send_queue()
+                    if self._state is ClientState.CONNECTED:
+                        self._set_state(ClientState.CONNECTING)
+
+    def _rotated(self, code: grpc.StatusCode) -> bool:
+        """After a stream ends: True when it was a rotation that drained cleanly."""
+        with self._lock:
+            rotating, self._rotating = self._rotating, False
+            if not rotating:
+                return False
+            self._counts.rotations += 1
+            if code is grpc.StatusCode.OK:
+                return True
+            # the drain itself broke: treat it as a break (resend, back off)
+            if self._state is ClientState.CONNECTED:
+                self._set_state(ClientState.CONNECTING)
+            return False
 
     def _after_break(self, code: grpc.StatusCode, message: str) -> float:
-        """Fail the frames in flight, record the error; the wait before reconnecting."""
+        """Resend or fail the frames in flight, record the error; the wait before reconnecting."""
+        if code is grpc.StatusCode.OK:  # the cloud ended a stream the client had not closed
+            code = grpc.StatusCode.UNAVAILABLE
         error = f"{code.name}: {message}" if message else code.name
-        failed = self._fail_pending(code, f"stream to the cloud broke ({error})")
+        with self._lock:
+            # a stream that was answering broke (a replica died or was drained): resend and go
+            # to another replica at once; a stream that never answered fails its frames, backs off
+            healthy, self._stream_answers = self._stream_answers > 0, 0
+        if healthy and code in _TRANSPORT_BREAK_CODES:
+            failed = self._resend_unanswered(f"stream to the cloud broke ({error})")
+        else:
+            failed = self._fail_pending(code, f"stream to the cloud broke ({error})")
         unauthenticated = code is grpc.StatusCode.UNAUTHENTICATED
         with self._lock:
             # Log a break once: the first after being connected, or when the error changes.
@@ -461,7 +544,7 @@ class EscalationClient:
                 delay_s = self._config.connection.auth_retry_ms / _MS_PER_S
             else:
                 self._set_state(ClientState.BACKING_OFF)
-                delay_s = self._backoff.next_delay_s()
+                delay_s = 0.0 if healthy else self._backoff.next_delay_s()
         if unauthenticated:
             log = logger.error if fresh else logger.debug
             log(
@@ -510,6 +593,7 @@ class EscalationClient:
                 self._counts.late_answers += 1
                 return
             self._counts.answered += 1
+            self._stream_answers += 1
             rtt_s = None if entry.sent_at is None else now - entry.sent_at
             if rtt_s is not None:
                 self._rtt.append(rtt_s)
@@ -540,6 +624,31 @@ class EscalationClient:
                     rid, entry, grpc.StatusCode.DEADLINE_EXCEEDED, "no answer before the deadline"
                 )
             )
+
+    def _resend_unanswered(self, message: str) -> int:
+        """After an UNAVAILABLE break: queue each unanswered frame once more if it has time left.
+
+        Frames never sent stay queued. A frame already resent once, or past its deadline, fails
+        with UNAVAILABLE. How many failed.
+        """
+        now = self._clock()
+        grace_s = self._config.connection.answer_grace_ms / _MS_PER_S
+        failed: list[tuple[str, _Pending]] = []
+        with self._lock:
+            for rid, entry in list(self._pending.items()):
+                if entry.sent_at is None:
+                    continue  # still in the send queue
+                if entry.resent or entry.expires_at - grace_s <= now:
+                    failed.append((rid, entry))
+                    del self._pending[rid]
+                    continue
+                entry.resent, entry.sent_at = True, None
+                self._counts.resent += 1
+                self._send_queue.put_nowait(entry.request)
+            self._counts.failed += len(failed)
+        for rid, entry in failed:
+            self._deliver(self._failure(rid, entry, grpc.StatusCode.UNAVAILABLE, message))
+        return len(failed)
 
     def _fail_pending(self, code: grpc.StatusCode, message: str) -> int:
         """Fail every frame in flight (and drop the queued ones); how many there were."""

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from configkit import ConfigError, SecretRef, load_config, parse_config
 from edge_agent.config import EdgeAgentConfig, LineCrossRule, LoiterRule, ZoneOccupancyRule
+from edge_agent.config.escalation import EscalationConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -235,3 +237,31 @@ def test_errors_of_every_stage_come_in_one_pass(
     with pytest.raises(ConfigError) as raised:
         parse_config(text, EdgeAgentConfig, "t.yaml")
     assert str(raised.value).splitlines() == expected
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "cloud.example.com:50051",
+        "10.0.0.5:50051",
+        "[::1]:50051",
+        "dns:///cloud-service-headless.vision.svc.cluster.local:50051",
+        "dns://10.96.0.10:53/cloud-service-headless:50051",
+        "ipv4:10.0.0.5:50051,10.0.0.6:50051",
+        "ipv6:[::1]:50051,[::2]:50051",
+    ],
+)
+def test_cloud_address_takes_grpc_targets_with_several_replicas(target: str) -> None:
+
+    config = EscalationConfig(enabled=True, cloud_address=target)
+    assert config.cloud_address == target and config.load_balancing == "round_robin"
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["cloud:", "http://cloud:50051", "ipv4:cloud.example.com:50051", "dns:///cloud", "a b:1"],
+)
+def test_cloud_address_refuses_what_grpc_would_not_resolve(target: str) -> None:
+
+    with pytest.raises(ValidationError, match="cloud_address"):
+        EscalationConfig(enabled=True, cloud_address=target)

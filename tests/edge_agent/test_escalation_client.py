@@ -386,3 +386,74 @@ def test_tls_with_ca_file_and_token(
     assert client.wait_connected(WAIT_S)
     assert client.submit(_request("cam-a", 1))
     assert _collect(client, 1)[0].ok
+
+
+def _submit_steadily(
+    client: EscalationClient, camera: str, seconds: float, per_s: float = 40.0
+) -> list[int]:
+    """Submit frames at `per_s` for `seconds`; the frame ids accepted."""
+    accepted: list[int] = []
+    frame, ends = 0, time.monotonic() + seconds
+    while time.monotonic() < ends:
+        frame += 1
+        if client.submit(_request(camera, frame)):
+            accepted.append(frame)
+        time.sleep(1.0 / per_s)
+    return accepted
+
+
+def test_connection_age_rotates_the_stream_without_losing_a_frame(
+    grpc_server_factory: ServerFactory,
+    detector: GatedDetector,
+    make_client: Callable[..., EscalationClient],
+) -> None:
+    # The server asks every connection to go away after ~1 s (GOAWAY), with a long grace.
+    config = ServerConfig(
+        listen_address="127.0.0.1:0", max_connection_age_s=1.0, max_connection_age_grace_s=30.0
+    )
+    server = _server(grpc_server_factory, detector, config)
+    received: list[EscalationResult] = []
+    client = make_client(server.target, deadline_ms=5_000, on_result=received.append)
+    assert client.wait_connected(WAIT_S)
+
+    accepted = _submit_steadily(client, "cam-a", 3.5)
+
+    _wait_for(lambda: len(received) >= len(accepted))
+    stats = client.stats()
+    assert stats.rotations >= 1  # moved to a new stream, not cut after the grace
+    assert (stats.dropped_disconnected, stats.dropped_full, stats.failed) == (0, 0, 0)
+    assert sorted(r.frame_id for r in received) == accepted  # each exactly once
+    assert all(r.ok for r in received)
+    assert stats.state is ClientState.CONNECTED
+
+
+def test_round_robin_moves_the_stream_when_its_replica_dies(
+    grpc_server_factory: ServerFactory, make_client: Callable[..., EscalationClient]
+) -> None:
+    detectors = (GatedDetector(), GatedDetector())
+    servers = [_server(grpc_server_factory, d) for d in detectors]
+    received: list[EscalationResult] = []
+    target = "ipv4:" + ",".join(s.target for s in servers)
+    client = make_client(target, deadline_ms=10_000, max_in_flight=8, on_result=received.append)
+    assert client.wait_connected(WAIT_S)
+    assert client.submit(_request("cam-a", 1))
+    _wait_for(lambda: len(received) == 1)
+    serving = 0 if detectors[0].images_seen else 1
+    survivor = detectors[1 - serving]
+    detectors[serving].gate.clear()  # frames 2-4 stay in flight on the doomed replica
+    for frame in (2, 3, 4):
+        assert client.submit(_request("cam-a", frame))
+    _wait_for(lambda: client.stats().sent == 4)
+
+    servers[serving].server.stop(0).wait()
+    detectors[serving].gate.set()
+
+    _wait_for(lambda: len(received) == 4)
+    assert sorted(r.frame_id for r in received) == [1, 2, 3, 4]
+    assert all(r.ok for r in received)  # answered by the survivor, none failed, none twice
+    assert survivor.images_seen == 3
+    assert client.stats().resent == 3 and client.stats().failed == 0
+    _wait_for(lambda: client.connected)
+    assert client.submit(_request("cam-a", 5))
+    _wait_for(lambda: len(received) == 5)
+    assert received[-1].ok and survivor.images_seen == 4
