@@ -6,6 +6,8 @@ Names (all prefixed `edge_agent_`):
   them (the newest-frame slot's drop count).
 - `motion_skipped_frames_total{camera}` (counter): frames not analysed because nothing moved.
 - `camera_fps{camera}` (gauge): frames analysed per second, as the pipeline measures it.
+- `camera_target_fps{camera}` (gauge): the camera's configured `target_fps`, so that alerts can
+  compare the frames the pipeline takes with what it should take.
 - `camera_state{camera, state}` (gauge): 1 for the camera's current capture state, 0 for the
   others (`connecting`, `streaming`, `stalled`, `reconnecting`, `stopped`).
 - `reconnects_total{camera}` (counter): stream reconnects.
@@ -19,6 +21,8 @@ Names (all prefixed `edge_agent_`):
 - `outbox_depth` (gauge): alert messages waiting for the broker's acknowledgement.
 - `outbox_dropped_total` (counter): alert messages dropped by the outbox bounds.
 - `mqtt_connected`, `cloud_connected` (gauges): 1 while the connection is up.
+- `escalation_enabled` (gauge): 1 when escalation to the cloud is configured; without it
+  `cloud_connected` is 0 by design, not because the cloud is unreachable.
 - `escalations_total{camera, outcome}` (counter): frames escalated to the cloud, by outcome
   (`sent`, `answered`, `failed`, `dropped_budget`, `late`).
 - `escalation_round_trip_seconds` (histogram): escalation request to answer.
@@ -108,6 +112,12 @@ class EdgeMetrics:
         )
         self.camera_fps = Gauge(
             f"{_PREFIX}camera_fps", "Frames analysed per second.", ["camera"], registry=reg
+        )
+        self.camera_target_fps = Gauge(
+            f"{_PREFIX}camera_target_fps",
+            "Frames per second the camera is configured to analyse (target_fps).",
+            ["camera"],
+            registry=reg,
         )
         self.camera_state = Gauge(
             f"{_PREFIX}camera_state",
@@ -215,6 +225,11 @@ class EdgeMetrics:
         )
         self.cloud_connected = Gauge(
             f"{_PREFIX}cloud_connected", "1 while the cloud service is reachable.", registry=reg
+        )
+        self.escalation_enabled = Gauge(
+            f"{_PREFIX}escalation_enabled",
+            "1 when escalation to the cloud is configured (cloud_connected means something).",
+            registry=reg,
         )
 
     def set_camera_state(self, camera: str, state: str) -> None:

@@ -81,6 +81,8 @@ class EscalationStage:
 
     def start(self) -> None:
         """Start the client (connects in the background) and the encoder thread."""
+        if self.metrics is not None:
+            self.metrics.escalation_enabled.set(1)
         self.client.start()
         self._encoder = threading.Thread(target=self._encode_loop, name="escalation-encoder")
         self._encoder.daemon = True

@@ -54,6 +54,7 @@ class AgentTelemetry:
             state = status[camera].state
             m.set_camera_state(camera, state if state in CAMERA_STATES else "stopped")
             m.camera_fps.labels(camera=camera).set(status[camera].fps())
+            m.camera_target_fps.labels(camera=camera).set(worker.config.target_fps)
             m.set_frames_dropped_total(camera, stats.drops + worker.counters.skipped_rate)
             m.set_reconnects_total(camera, stats.reconnects)
             m.set_camera_total(m.motion_skipped_frames, camera, worker.counters.skipped_motion)

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from configkit.common import MetricsConfig
+from edge_agent.config import EdgeAgentConfig
 from edge_agent.metrics import (
     CAMERA_STATES,
     EdgeMetrics,
     MetricsExporter,
     start_edge_metrics_exporter,
 )
+from edge_agent.pipeline import EdgeAgent
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 FAMILIES = {
     "edge_agent_frames": "counter",
     "edge_agent_frames_dropped": "counter",
     "edge_agent_motion_skipped_frames": "counter",
     "edge_agent_camera_fps": "gauge",
+    "edge_agent_camera_target_fps": "gauge",
     "edge_agent_camera_state": "gauge",
     "edge_agent_reconnects": "counter",
     "edge_agent_detect_latency_seconds": "histogram",
@@ -37,6 +44,7 @@ FAMILIES = {
     "edge_agent_escalations": "counter",
     "edge_agent_escalation_round_trip_seconds": "histogram",
     "edge_agent_cloud_connected": "gauge",
+    "edge_agent_escalation_enabled": "gauge",
     "edge_agent_fusion_changes": "counter",
     "edge_agent_cloud_agreement": "gauge",
 }
@@ -69,6 +77,8 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     metrics.frames.labels(camera="cam-1").inc(3)
     metrics.set_frames_dropped_total("cam-1", 7)
     metrics.camera_fps.labels(camera="cam-1").set(12.5)
+    metrics.camera_target_fps.labels(camera="cam-1").set(15)
+    metrics.escalation_enabled.set(1)
     metrics.set_camera_state("cam-1", "streaming")
     metrics.detect_latency.labels(runtime="onnxruntime").observe(0.02)
     metrics.detect_batch_size.observe(2)
@@ -95,6 +105,8 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     assert values[("edge_agent_frames_total", (("camera", "cam-1"),))] == 3
     assert values[("edge_agent_frames_dropped_total", (("camera", "cam-1"),))] == 7
     assert values[("edge_agent_camera_fps", (("camera", "cam-1"),))] == 12.5
+    assert values[("edge_agent_camera_target_fps", (("camera", "cam-1"),))] == 15
+    assert values[("edge_agent_escalation_enabled", ())] == 1
     assert values[("edge_agent_camera_state", (("camera", "cam-1"), ("state", "streaming")))] == 1
     assert values[("edge_agent_camera_state", (("camera", "cam-1"), ("state", "stalled")))] == 0
     assert values[("edge_agent_detect_latency_seconds_count", (("runtime", "onnxruntime"),))] == 1
@@ -191,3 +203,31 @@ def test_unknown_label_values_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         call(EdgeMetrics())
+
+
+@pytest.mark.parametrize("escalation", [False, True])
+def test_the_agent_exports_each_cameras_target_fps_and_whether_it_escalates(
+    escalation: bool, tmp_path: Path
+) -> None:
+    # the alert rules need both: "fps below target" and "cloud unreachable" (which would fire
+    # on every agent without escalation, whose `cloud_connected` is 0 by design)
+    document = yaml.safe_load((REPO_ROOT / "configs" / "edge-agent.minimal.yaml").read_text())
+    document["detector"]["runtime"]["model_path"] = str(
+        REPO_ROOT / "models" / "coco" / "nanodet-coco-int8.onnx"
+    )
+    document["cameras"][0]["target_fps"] = 7.5
+    document["mqtt"] = {"outbox_path": str(tmp_path / "outbox.sqlite")}
+    document["escalation"] = {"enabled": escalation, "cloud_address": "127.0.0.1:9"}
+    metrics = EdgeMetrics()
+    agent = EdgeAgent.from_config(EdgeAgentConfig.model_validate(document), metrics=metrics)
+    try:
+        if agent.escalation is not None:
+            agent.escalation.start()
+        assert agent.telemetry is not None
+        agent.telemetry.refresh(agent.workers, agent.status, agent.publisher)
+    finally:
+        agent.close(flush_timeout_s=0.1)
+    registry = metrics.registry
+    camera = {"camera": document["cameras"][0]["name"]}
+    assert registry.get_sample_value("edge_agent_camera_target_fps", camera) == 7.5
+    assert registry.get_sample_value("edge_agent_escalation_enabled") == (1 if escalation else 0)
