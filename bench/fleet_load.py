@@ -332,7 +332,7 @@ def _cluster(
             admin_port=admin,
             upstreams=[("127.0.0.1", p) for p in ports],
         )
-        envoy = stack.enter_context(running_envoy(config, admin_port=admin))
+        envoy = stack.enter_context(running_envoy(config))
         wait_for_healthy_upstreams(envoy.admin_port, replicas, timeout_s=30.0)
         yield f"127.0.0.1:{listen}", running, ports[replicas:], lambda: admin
 
