@@ -187,7 +187,7 @@ def _add_alerts(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "alerts",
         help="subscribe to the agent's MQTT alerts and print them as they arrive",
-        description="Reads the broker settings from the agent's config file.",
+        description="Reads the broker settings from an agent's config file or a consumer's own.",
     )
     add_alerts_arguments(parser)
     parser.set_defaults(handler=alerts_command)

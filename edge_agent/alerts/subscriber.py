@@ -14,8 +14,20 @@ time, with the time they were received. In `json` mode events are printed as the
 object; availability and status as `{"type": "availability"|"status", "agent", ["camera"],
 "state"|"status", "retained", "received"}`.
 
-The subscriber uses its own random client id (never `mqtt.client_id`, which would disconnect the
-agent), a clean session and QoS 1; paho reconnects by itself after a lost connection.
+By default the subscriber uses its own random client id (never `mqtt.client_id`, which would
+disconnect the agent), a clean session and QoS 1; paho reconnects by itself after a lost connection.
+
+Beyond one broker (`deploy/mosquitto/`: site brokers bridged to a central one), consumers on the
+central broker can (`AlertConsumerConfig`, `edge_agent.alerts.consumer`):
+
+* split the events in a share group (`--share-group NAME`: `$share/NAME/<prefix>/+/events/+/+`);
+  availability and status stay plain subscriptions, so every member sees them whole;
+* keep a lasting session (`--session NAME`: client id `edge-alerts-NAME`, clean session off), so
+  the broker queues events while the consumer is away;
+* drop repeated deliveries of an event (`--dedup`): QoS 1 is at least once.
+
+A message is acknowledged (PUBACK) only once its line is written, so with a lasting session one
+that was received but not yet printed when the consumer died comes again.
 """
 
 from __future__ import annotations
@@ -29,8 +41,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TextIO
 
 import paho.mqtt.client as mqtt
@@ -41,11 +54,20 @@ from paho.mqtt.reasoncodes import ReasonCode
 from configkit.cli import add_log_level_argument
 from configkit.secrets import SecretError
 from edge_agent.alerts.connection import configure_client
+from edge_agent.alerts.consumer import (
+    AlertConsumerConfig,
+    AlertsConsumerFile,
+    RecentEvents,
+    check_share_group,
+    event_key,
+    shared_filter,
+)
 from edge_agent.alerts.payload import SCHEMA, iso_utc
 from edge_agent.config.agent import NAME_PATTERN
 from edge_agent.config.mqtt import MqttConfig
 
 __all__ = [
+    "DEDUP_MEMORY",
     "AlertFormat",
     "add_alerts_arguments",
     "alert_topic_filters",
@@ -63,6 +85,10 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 _SUBSCRIBE_QOS = 1
+_STOP_POLL_S = 0.1  # how soon a set `stop` event ends `run_alerts`
+DEDUP_MEMORY = 10_000
+"""Events `--dedup` remembers. A repeat comes within a few hundred messages of the first delivery
+(the in-flight windows of publisher, bridge and broker): a wide margin, at a few MB."""
 _NAME = re.compile(NAME_PATTERN)
 _EVENT_DETAILS = ("direction", "zone", "line", "count")
 
@@ -73,17 +99,21 @@ def alert_topic_filters(
     agent: str | None = None,
     camera: str | None = None,
     include_status: bool = False,
+    share_group: str | None = None,
 ) -> list[str]:
     """The topic filters to follow: events, and availability and status with `include_status`.
 
-    `agent` / `camera` None means all. Raises `ValueError` for a name that cannot be in a topic.
+    `agent` / `camera` None means all. With `share_group` the events filter is that group's
+    shared subscription (the others stay whole). Raises `ValueError` for a name that cannot be in
+    a topic or a share group.
     """
     for what, name in (("agent", agent), ("camera", camera)):
         if name is not None and not _NAME.fullmatch(name):
             raise ValueError(f"{what} {name!r} is not a valid name (pattern {NAME_PATTERN})")
     who = agent if agent is not None else "+"
     where = camera if camera is not None else "+"
-    filters = [f"{prefix}/{who}/events/{where}/+"]
+    events = f"{prefix}/{who}/events/{where}/+"
+    filters = [events if share_group is None else shared_filter(share_group, events)]
     if include_status:
         filters += [f"{prefix}/{who}/availability", f"{prefix}/{who}/status/{where}"]
     return filters
@@ -202,6 +232,9 @@ class _Message:
     payload: bytes
     retained: bool
     received_s: float
+    mid: int
+    qos: int
+    connection: int  # which connection of the client it came on (see `_Listener.ack`)
 
 
 @dataclass(frozen=True)
@@ -229,6 +262,7 @@ class _Listener:
         self.filters = list(filters)
         self.ready = ready
         self.connected_once = threading.Event()
+        self.connection = 0
         self._subscribe_mid: int | None = None
 
     def on_connect(
@@ -244,6 +278,7 @@ class _Listener:
             return
         if self.connected_once.is_set():
             self.items.put(_Notice("reconnected to the broker"))
+        self.connection += 1
         self.connected_once.set()
         _, self._subscribe_mid = client.subscribe([(f, _SUBSCRIBE_QOS) for f in self.filters])
 
@@ -279,7 +314,26 @@ class _Listener:
             self.items.put(_Notice(f"connection to the broker lost ({reason_code}); reconnecting"))
 
     def on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        self.items.put(_Message(message.topic, bytes(message.payload), message.retain, time.time()))
+        self.items.put(
+            _Message(
+                message.topic,
+                bytes(message.payload),
+                message.retain,
+                time.time(),
+                message.mid,
+                message.qos,
+                self.connection,
+            )
+        )
+
+    def ack(self, client: mqtt.Client, message: _Message) -> None:
+        """Acknowledge `message` (manual acks: after it is printed or skipped).
+
+        Not when it came on an earlier connection: its packet id may by now name another message,
+        and the broker sends it again anyway (lasting session) or has forgotten it (clean one).
+        """
+        if message.qos > 0 and message.connection == self.connection:
+            client.ack(message.mid, message.qos)
 
 
 def run_alerts(
@@ -297,28 +351,38 @@ def run_alerts(
     environ: Mapping[str, str] | None = None,
     err: TextIO | None = None,
     ready: threading.Event | None = None,
+    consumer: AlertConsumerConfig | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """Print alert messages from the broker of `config` to `out` until told to stop.
 
-    Stops after `max_messages` printed lines, after `timeout_s`, or on Ctrl-C (exit code 0).
-    Connection problems are one line on `err` (default stderr) and exit code 1; a bad
-    `agent`/`camera` name is exit code 2. `class_names` turns class ids into names; `environ`
+    Stops after `max_messages` printed lines, after `timeout_s`, on Ctrl-C or once `stop` is set
+    (exit code 0). Connection problems are one line on `err` (default stderr) and exit code 1; a
+    bad `agent`/`camera` name is exit code 2. `class_names` turns class ids into names; `environ`
     is where the broker password is resolved; `ready` is set once the subscriptions are
-    acknowledged.
+    acknowledged; `consumer` sets the share group, lasting session and dedup (default: none).
     """
     errors = sys.stderr if err is None else err
+    consumer = AlertConsumerConfig() if consumer is None else consumer
     if max_messages is not None and max_messages < 1:
         raise ValueError(f"max_messages must be at least 1, got {max_messages}")
     try:
         filters = alert_topic_filters(
-            config.topic_prefix, agent=agent, camera=camera, include_status=include_status
+            config.topic_prefix,
+            agent=agent,
+            camera=camera,
+            include_status=include_status,
+            share_group=consumer.share_group,
         )
     except ValueError as error:
         print(f"alerts: {error}", file=errors)
         return EXIT_USAGE
     listener = _Listener(filters, ready)
     client = mqtt.Client(
-        CallbackAPIVersion.VERSION2, client_id=f"edge-alerts-{uuid.uuid4().hex[:12]}"
+        CallbackAPIVersion.VERSION2,
+        client_id=consumer.client_id or f"edge-alerts-{uuid.uuid4().hex[:12]}",
+        clean_session=consumer.session is None,
+        manual_ack=True,
     )
     client.on_connect = listener.on_connect
     client.on_subscribe = listener.on_subscribe
@@ -346,6 +410,9 @@ def run_alerts(
             max_messages=max_messages,
             timeout_s=timeout_s,
             connect_timeout_s=connect_timeout_s,
+            ack=lambda message: listener.ack(client, message),
+            recent=RecentEvents(consumer.dedup_memory) if consumer.dedup_memory else None,
+            stop=stop,
         )
     except KeyboardInterrupt:
         return EXIT_OK
@@ -365,14 +432,21 @@ def _print_messages(
     max_messages: int | None,
     timeout_s: float | None,
     connect_timeout_s: float,
+    ack: Callable[[_Message], None],
+    recent: RecentEvents | None,
+    stop: threading.Event | None,
 ) -> int:
     start = time.monotonic()
     deadline = None if timeout_s is None else start + timeout_s
     connect_deadline = start + connect_timeout_s
     printed = 0
     while max_messages is None or printed < max_messages:
+        if stop is not None and stop.is_set():
+            return EXIT_OK
         connecting = not listener.connected_once.is_set()
         ends = [end for end in (deadline, connect_deadline if connecting else None) if end]
+        if stop is not None:
+            ends.append(time.monotonic() + _STOP_POLL_S)
         try:
             if ends:
                 item = listener.items.get(timeout=max(0.0, min(ends) - time.monotonic()))
@@ -391,26 +465,47 @@ def _print_messages(
         if isinstance(item, _Notice):
             print(f"alerts: {item.message}", file=errors)
             continue
-        try:
-            line = format_message(
-                config.topic_prefix,
-                item.topic,
-                item.payload,
-                retained=item.retained,
-                fmt=fmt,
-                class_names=class_names,
-                received_s=item.received_s,
-            )
-        except ValueError as error:
-            print(f"alerts: skipped a message on {item.topic}: {error}", file=errors)
-            continue
-        try:
-            out.write(line + "\n")
-            out.flush()
-        except BrokenPipeError:  # `edge-agent alerts | head`
-            return EXIT_OK
-        printed += 1
+        line = _line_for(item, errors, config.topic_prefix, fmt, class_names, recent)
+        if line is not None:
+            try:
+                out.write(line + "\n")
+                out.flush()
+            except BrokenPipeError:  # `edge-agent alerts | head`
+                return EXIT_OK
+            printed += 1
+        ack(item)  # written (or skipped for good): the broker may forget it
     return EXIT_OK
+
+
+def _line_for(
+    message: _Message,
+    errors: TextIO,
+    prefix: str,
+    fmt: AlertFormat,
+    class_names: Sequence[str],
+    recent: RecentEvents | None,
+) -> str | None:
+    """The line to print for `message`; None for one that is unreadable (said on `errors`) or
+    a repeat of a recent event."""
+    try:
+        line = format_message(
+            prefix,
+            message.topic,
+            message.payload,
+            retained=message.retained,
+            fmt=fmt,
+            class_names=class_names,
+            received_s=message.received_s,
+        )
+    except ValueError as error:
+        print(f"alerts: skipped a message on {message.topic}: {error}", file=errors)
+        return None
+    if recent is not None:
+        key = event_key(message.payload)
+        if key is not None and recent.is_repeat(key):
+            logger.debug("dropped a repeated delivery of event %s (%s)", key[0], key[1])
+            return None
+    return line
 
 
 def _where(config: MqttConfig) -> str:
@@ -434,16 +529,38 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _share_group(text: str) -> str:
+    try:
+        return check_share_group(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _session_name(text: str) -> str:
+    if not _NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid session name (pattern {NAME_PATTERN})"
+        )
+    return text
+
+
 def add_alerts_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `edge-agent alerts`; `alerts_command` runs it."""
     parser.add_argument(
         "--config",
         required=True,
         metavar="FILE",
-        help="edge agent YAML: its mqtt section, agent id and class names",
+        help=(
+            "edge agent YAML (its mqtt section, agent id and class names), or a consumer's own "
+            "YAML with only an mqtt section (no agent: every agent's events by default)"
+        ),
     )
     who = parser.add_mutually_exclusive_group()
-    who.add_argument("--agent", metavar="ID", help="agent to follow (default: the config's)")
+    who.add_argument(
+        "--agent",
+        metavar="ID",
+        help="agent to follow (default: the agent config's; every agent with a consumer's YAML)",
+    )
     who.add_argument(
         "--all-agents", action="store_true", help="follow every agent under the topic prefix"
     )
@@ -463,26 +580,90 @@ def add_alerts_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=_positive_float, default=None, metavar="SECONDS", help="exit after this"
     )
+    consumers = parser.add_argument_group(
+        "several consumers",
+        "for consumers of a central broker that site brokers bridge into (deploy/mosquitto/)",
+    )
+    consumers.add_argument(
+        "--share-group",
+        type=_share_group,
+        default=None,
+        metavar="NAME",
+        help=(
+            "split the events with every consumer in share group NAME: each event goes to one "
+            "of them (MQTT shared subscription $share/NAME/...; Mosquitto 2 also takes it from "
+            "MQTT 3.1.1 clients). --status messages still go to every consumer. NAME: no "
+            "'/', '+', '#' or control characters"
+        ),
+    )
+    consumers.add_argument(
+        "--session",
+        type=_session_name,
+        default=None,
+        metavar="NAME",
+        help=(
+            "keep a lasting session (client id edge-alerts-NAME): the broker queues events "
+            "while this consumer is away and sends them when it is back; one process per NAME"
+        ),
+    )
+    consumers.add_argument(
+        "--dedup",
+        action="store_true",
+        help=(
+            "print each event message once: delivery is at least once, so drop a repeat "
+            f"(same event_id, phase and timestamp) among the last {DEDUP_MEMORY} events"
+        ),
+    )
     add_log_level_argument(parser, "WARNING")
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What `--config` gives the command: the broker, whose events by default, class names."""
+
+    mqtt: MqttConfig
+    agent: str | None
+    class_names: Sequence[str]
+
+
+def _load_source(path: str) -> _Source:
+    """An agent's config (it has `agent:`), else a consumer's own (`mqtt:` only).
+
+    Raises `OSError` when the file cannot be read, `ConfigError` when it is not valid.
+    """
+    import yaml
+
+    from configkit.yaml_loader import parse_config
+    from edge_agent.config import EdgeAgentConfig
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        document = None  # the agent config's parser reports it with its line
+    if isinstance(document, dict) and "agent" not in document:
+        consumer = parse_config(text, AlertsConsumerFile, path)
+        return _Source(consumer.mqtt, None, ())
+    agent = parse_config(text, EdgeAgentConfig, path)
+    return _Source(agent.mqtt, agent.agent.id, agent.detector.class_names)
 
 
 def alerts_command(args: argparse.Namespace) -> int:
     """Run `edge-agent alerts` with the options of `add_alerts_arguments`."""
-    from configkit.yaml_loader import ConfigError, load_config
-    from edge_agent.config import EdgeAgentConfig
+    from configkit.yaml_loader import ConfigError
 
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        config = load_config(args.config, EdgeAgentConfig)
+        source = _load_source(args.config)
     except OSError as error:
         print(f"{args.config}: cannot read: {error}", file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as error:
         print(error, file=sys.stderr)
         return EXIT_FAILED
-    agent = None if args.all_agents else (args.agent or config.agent.id)
+    agent = None if args.all_agents else (args.agent or source.agent)
     return run_alerts(
-        config.mqtt,
+        source.mqtt,
         sys.stdout,
         agent=agent,
         camera=args.camera,
@@ -490,5 +671,10 @@ def alerts_command(args: argparse.Namespace) -> int:
         fmt=args.format,
         max_messages=args.count,
         timeout_s=args.timeout,
-        class_names=config.detector.class_names,
+        class_names=source.class_names,
+        consumer=AlertConsumerConfig(
+            share_group=args.share_group,
+            session=args.session,
+            dedup_memory=DEDUP_MEMORY if args.dedup else 0,
+        ),
     )
