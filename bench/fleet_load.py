@@ -189,7 +189,7 @@ class Ledger:
     def deliver(self, result: EscalationResult) -> None:
         with self.lock:
             self.results[result.request_id].append(result)
-            if result.rtt_s is not None and result.result is not None:
+            if result.rtt_s is not None and result.ok:  # latency of frames answered with boxes
                 self.answered_at.append((time.monotonic(), result.rtt_s))
 
 

@@ -554,7 +554,11 @@ class EscalationClient:
                 delay_s,
             )
         else:
-            log = logger.warning if fresh else logger.debug
+            # a healthy stream cut with nothing lost (a connection aged out, a replica left) is
+            # routine; a break that failed frames or keeps failing is worth a warning
+            log = logger.warning if fresh and (failed or not healthy) else logger.info
+            if not fresh:
+                log = logger.debug
             log(
                 "escalation stream to %s broke (%s, %s frames failed); reconnecting in %.2f s",
                 self._target,
