@@ -191,7 +191,8 @@ class DynamicBatcher:
             work = self._next_work()
             for queued in work.expired:
                 code = grpc.StatusCode.DEADLINE_EXCEEDED
-                self._drop(queued, "deadline_in_queue", code, "deadline passed in queue")
+                message = "deadline passed in queue, or would pass before its batch finished"
+                self._drop(queued, "deadline_in_queue", code, message)
             for queued in work.abandoned:
                 code = grpc.StatusCode.UNAVAILABLE
                 self._drop(queued, "drain_timeout", code, "server shut down before it")
@@ -222,8 +223,10 @@ class DynamicBatcher:
         started_s = self._clock()
         requests = [queued.item.request for queued in batch]
         results = self._process(requests)
-        depth = self.depth
         finished_s = self._clock()
+        with self._cond:
+            self._scheduler.observe_batch(finished_s - started_s)
+        depth = self.depth
         self._metrics.batch_size.observe(len(batch))
         self._metrics.queue_depth.set(depth)
         # Both are per batch: every frame of the batch carries the same batch-wide figure.

@@ -271,3 +271,28 @@ def test_limits_from_config() -> None:
     assert limits.preferred_batch_sizes == (4, 8)
     assert (limits.max_batch_size, limits.max_queue_frames) == (8, 100)
     assert limits.full_batch_size == 8
+
+
+def test_frames_that_cannot_finish_before_their_deadline_expire_at_once() -> None:
+    clock = FakeClock()
+    scheduler = _scheduler(clock, max_batch=2, delay_s=0.0)
+    scheduler.observe_batch(0.5)  # a batch takes half a second here
+    assert scheduler.expected_batch_s == pytest.approx(0.5)
+    assert scheduler.admit("tight", A, clock.now + 0.3) is Admission.ADMITTED
+    assert scheduler.admit("roomy", A, clock.now + 0.8) is Admission.ADMITTED
+
+    step = scheduler.next_step()
+
+    assert [q.item for q in step.expired] == ["tight"]  # would be answered 0.2 s late
+    assert [q.item for q in step.batch] == ["roomy"]
+
+
+def test_batch_time_is_a_moving_average_that_ignores_nonsense() -> None:
+    scheduler = _scheduler(FakeClock())
+    assert scheduler.expected_batch_s == 0.0  # no estimate: only passed deadlines expire
+    scheduler.observe_batch(1.0)
+    scheduler.observe_batch(0.0)
+    assert scheduler.expected_batch_s == pytest.approx(1.0 - BatchScheduler.BATCH_TIME_WEIGHT)
+    scheduler.observe_batch(-1.0)
+    scheduler.observe_batch(math.nan)
+    assert scheduler.expected_batch_s == pytest.approx(0.7)
