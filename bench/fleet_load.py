@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import threading
 import time
 import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,7 +55,12 @@ from edge_agent.escalation.budget import EscalationBudget
 from edge_agent.escalation.client import EscalationClient, EscalationResult
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.timestamps import timestamp_from_seconds
-from testbed.envoy import running_envoy, wait_for_healthy_upstreams, write_envoy_config
+from testbed.envoy import (
+    RunningEnvoy,
+    running_envoy,
+    wait_for_healthy_upstreams,
+    write_envoy_config,
+)
 from testbed.processes import ManagedProcess, free_tcp_port, tcp_port_accepts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -295,6 +301,7 @@ class RunResult:
     rotations: int
     resent: int
     settled_at: float
+    cpu_ms_per_frame: dict[str, float] = field(default_factory=dict)
     timeline: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -312,12 +319,40 @@ def _frame_jpeg(engine: str) -> bytes:
     return bytes(data)
 
 
+@dataclass
+class Cluster:
+    """Replicas behind Envoy: the target agents use, the replicas, ports Envoy knows that nothing
+    serves yet, and Envoy itself."""
+
+    target: str
+    replicas: list[Replica]
+    spare_ports: list[int]
+    envoy: RunningEnvoy
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process has used so far (0 when it is gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process (the agents, the load generator)."""
+    times = os.times()
+    return times.user + times.system
+
+
 @contextmanager
 def _cluster(
     engine: str, replicas: int, work: Path, age_s: float, spare: int = 0
-) -> Iterator[tuple[str, list[Replica], list[int], Callable[[], int]]]:
+) -> Iterator[Cluster]:
     """`replicas` running replicas (+ `spare` ports Envoy knows but nothing serves yet) behind
-    Envoy; yields the Envoy target, the replicas, the spare ports and the admin port getter."""
+    Envoy."""
     ports = [free_tcp_port() for _ in range(replicas + spare)]
     with ExitStack() as stack:
         running = [
@@ -334,7 +369,7 @@ def _cluster(
         )
         envoy = stack.enter_context(running_envoy(config))
         wait_for_healthy_upstreams(envoy.admin_port, replicas, timeout_s=30.0)
-        yield f"127.0.0.1:{listen}", running, ports[replicas:], lambda: admin
+        yield Cluster(f"127.0.0.1:{listen}", running, ports[replicas:], envoy)
 
 
 def run_scenario(
@@ -357,12 +392,8 @@ def run_scenario(
     """
     ledger = Ledger()
     jpeg = _frame_jpeg(engine)
-    with _cluster(engine, replicas, work, age_s, spare=1 if faults else 0) as (
-        target,
-        running,
-        spare,
-        _admin,
-    ):
+    with _cluster(engine, replicas, work, age_s, spare=1 if faults else 0) as cluster:
+        target, running, spare = cluster.target, cluster.replicas, cluster.spare_ports
         agents = [Agent(i, target, ledger, camera_fps) for i in range(agents_n)]
         for agent in agents:
             agent.client.start()
@@ -371,6 +402,11 @@ def run_scenario(
         stop = threading.Event()
         threads = [threading.Thread(target=a.run, args=(jpeg, stop), daemon=True) for a in agents]
         started = time.monotonic()
+        cpu_start = {
+            "replicas": sum(cpu_seconds(r.process.pid) for r in running),
+            "envoy": cpu_seconds(cluster.envoy.process.pid),
+            "agents": own_cpu_seconds(),
+        }
         for thread in threads:
             thread.start()
         timeline: list[dict[str, float]] = []
@@ -404,6 +440,12 @@ def run_scenario(
         for thread in threads:
             thread.join(5.0)
         elapsed = time.monotonic() - started
+        cpu_used = {
+            "replicas": sum(cpu_seconds(r.process.pid) for r in [*running, *extra]),
+            "envoy": cpu_seconds(cluster.envoy.process.pid),
+            "agents": own_cpu_seconds(),
+        }
+        cpu_used = {k: v - cpu_start[k] for k, v in cpu_used.items()}
         time.sleep(DEADLINE_MS / 1e3 + 2.5)  # every frame: its answer or its local failure
         totals = {r.name: last[r.name] - base[r.name] for r in [*running, *extra]}
         for agent in agents:
@@ -411,9 +453,12 @@ def run_scenario(
         for replica in extra:
             replica.process.stop()
     settled = added_at + age_s + HEALTH_CHECK_S if faults else 0.0
-    return _summarise(
+    result = _summarise(
         name, engine, replicas, elapsed, camera_fps, ledger, agents, totals, timeline, settled
     )
+    frames = max(1, sum(len(v) for v in ledger.results.values()))
+    result.cpu_ms_per_frame = {k: round(1e3 * v / frames, 2) for k, v in cpu_used.items()}
+    return result
 
 
 def _summarise(
@@ -501,17 +546,20 @@ def _table(results: Sequence[RunResult]) -> str:
     head = (
         "| scenario | engine | offered f/s | answered f/s | p50 / p99 ms | RESOURCE_EXHAUSTED "
         "| other status | failed locally | no result | duplicates | per-replica share (max dev) "
-        "| AIMD end (min) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| AIMD end (min) | CPU ms/frame replicas, Envoy, agents |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for r in results:
         shares = ", ".join(f"{k} {v:.2f}" for k, v in r.replica_share.items())
         other = ", ".join(f"{k} {v}" for k, v in r.other_status.items()) or "0"
+        cpu = ", ".join(f"{v:.1f}" for v in r.cpu_ms_per_frame.values())
         rows.append(
             f"| {r.name} | {r.engine} | {r.offered_fps:.0f} | {r.answered_fps:.1f} | "
             f"{r.p50_ms:.0f} / {r.p99_ms:.0f} | {r.resource_exhausted} | {other} | "
             f"{r.failed_locally} | {r.no_result} | {r.duplicates} | {shares} "
-            f"({r.share_max_dev:.0%}) | {r.aimd_multiplier_end:.2f} ({r.aimd_multiplier_min:.2f}) |"
+            f"({r.share_max_dev:.0%}) | {r.aimd_multiplier_end:.2f} "
+            f"({r.aimd_multiplier_min:.2f}) | {cpu} |"
         )
     return head + "\n".join(rows) + "\n"
 

@@ -128,7 +128,9 @@ def build_service(config: CloudServiceConfig) -> CloudService:
     metrics = ServiceMetrics(max_stream_labels=config.metrics.max_stream_labels)
     batcher = DynamicBatcher(processor, batching_for(engine, config.batching), metrics=metrics)
     servicer = InferenceServicer(
-        batcher, max_stream_inflight_frames=config.batching.max_stream_inflight_frames
+        batcher,
+        max_stream_inflight_frames=config.batching.max_stream_inflight_frames,
+        max_streams=config.server.max_frame_streams,
     )
     try:
         server, port = create_server(config.server, servicer)

@@ -66,8 +66,31 @@ class ServerConfig(StrictModel):
         default=256, ge=1, le=100_000, description="HTTP/2 streams per connection."
     )
     worker_threads: int = Field(
-        default=16, ge=1, le=1024, description="Threads serving RPC handlers."
+        default=64,
+        ge=1,
+        le=4096,
+        description=(
+            "Threads serving RPC handlers. Each open frame stream (one per edge agent) holds one "
+            "for its whole life, so this bounds the agents a replica serves."
+        ),
     )
+    reserved_threads: int = Field(
+        default=4,
+        ge=0,
+        le=1024,
+        description=(
+            "Threads kept for short calls (health checks, reflection, DetectFrame): at most "
+            "`worker_threads - reserved_threads` frame streams (at least 1) are open at once; "
+            "one more is refused RESOURCE_EXHAUSTED at once, so a full replica still answers "
+            "its health checks and a balancer places the stream on another replica."
+        ),
+    )
+
+    @property
+    def max_frame_streams(self) -> int:
+        """Frame streams served at once (`worker_threads - reserved_threads`, at least 1)."""
+        return max(1, self.worker_threads - self.reserved_threads)
+
     keepalive_time_ms: int = Field(
         default=30_000, ge=1000, le=3_600_000, description="Ping an idle connection this often."
     )

@@ -65,6 +65,7 @@ class InferenceServicer(InferenceServiceServicer):
         frames: FrameSubmitter | FrameProcessor,
         *,
         max_stream_inflight_frames: int = 256,
+        max_streams: int | None = None,
     ) -> None:
         if max_stream_inflight_frames < 1:
             raise ValueError(
@@ -77,6 +78,9 @@ class InferenceServicer(InferenceServiceServicer):
             batcher.start()
             self._frames = batcher
         self._max_inflight = max_stream_inflight_frames
+        self._max_streams = max_streams
+        self._streams = 0
+        self._streams_lock = threading.Lock()
 
     def DetectFrame(  # noqa: N802 - gRPC method name
         self, request: pb.FrameRequest | MalformedRequest, context: grpc.ServicerContext
@@ -94,7 +98,39 @@ class InferenceServicer(InferenceServiceServicer):
         request_iterator: Iterator[pb.FrameRequest | MalformedRequest],
         context: grpc.ServicerContext,
     ) -> Iterator[pb.FrameResult]:
-        """Submit the frames of one edge agent's stream; yield each result when it is ready."""
+        """Submit the frames of one edge agent's stream; yield each result when it is ready.
+
+        Beyond `max_streams` open streams the call is refused RESOURCE_EXHAUSTED at once: every
+        stream holds a server thread for its life, and the threads kept back must stay free for
+        health checks (a replica that cannot answer them is dropped by its balancer, streams and
+        all) and for unary calls.
+        """
+        with self._streams_lock:
+            full = self._max_streams is not None and self._streams >= self._max_streams
+            if not full:
+                self._streams += 1
+        if full:
+            logger.warning(
+                "frame stream from %s refused: this replica serves its maximum of %s streams",
+                context.peer(),
+                self._max_streams,
+            )
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this replica serves its maximum of {self._max_streams} frame streams "
+                "(server.worker_threads - server.reserved_threads); try another replica",
+            )
+        try:
+            yield from self._stream(request_iterator, context)
+        finally:
+            with self._streams_lock:
+                self._streams -= 1
+
+    def _stream(
+        self,
+        request_iterator: Iterator[pb.FrameRequest | MalformedRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[pb.FrameResult]:
         results: queue.Queue[pb.FrameResult | _StreamEnd] = queue.Queue()
         slots = threading.Semaphore(self._max_inflight)
         stop = threading.Event()

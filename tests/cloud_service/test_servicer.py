@@ -74,3 +74,55 @@ def test_results_flow_before_the_client_half_closes(grpc_server_factory: ServerF
 def test_servicer_validates_limits() -> None:
     with pytest.raises(ValueError, match="max_stream_inflight_frames"):
         InferenceServicer(_Echo(), max_stream_inflight_frames=0)
+
+
+def test_streams_beyond_the_limit_are_refused_and_health_still_answers(
+    grpc_server_factory: ServerFactory,
+) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    # 8 threads, at most 2 frame streams: the other threads stay free for health checks
+    running = grpc_server_factory(_Echo(), servicer_kwargs={"max_streams": 2})
+    release = threading.Event()
+
+    def frames(camera: str) -> Iterator[pb.FrameRequest]:
+        yield make_request(camera, 1, jpeg=b"")
+        release.wait(RPC_TIMEOUT_S)
+
+    try:
+        open_calls = [
+            running.stub.StreamFrames(frames(f"cam-{i}"), timeout=RPC_TIMEOUT_S) for i in range(2)
+        ]
+        assert [next(call).frame_id for call in open_calls] == [1, 1]
+
+        refused = running.stub.StreamFrames(frames("cam-x"), timeout=RPC_TIMEOUT_S)
+        with pytest.raises(grpc.RpcError) as raised:
+            next(refused)
+        assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "maximum of 2 frame streams" in str(raised.value.details())
+        health = health_pb2_grpc.HealthStub(running.channel)
+        reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=RPC_TIMEOUT_S)  # type: ignore[attr-defined]
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+        open_calls[0].cancel()
+        attempts = 0
+        while True:  # the freed slot is taken back as soon as the cancelled stream ends
+            again = running.stub.StreamFrames(frames("cam-y"), timeout=RPC_TIMEOUT_S)
+            try:
+                assert next(again).frame_id == 1
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                attempts += 1
+                assert attempts < 50
+                threading.Event().wait(0.05)
+    finally:
+        release.set()
+
+
+def test_config_keeps_threads_for_short_calls() -> None:
+    from cloud_service.config import ServerConfig
+
+    assert ServerConfig().max_frame_streams == 60
+    assert ServerConfig(worker_threads=4).max_frame_streams == 1
+    assert ServerConfig(worker_threads=16, reserved_threads=0).max_frame_streams == 16
