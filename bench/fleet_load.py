@@ -131,6 +131,10 @@ def replica_config(
         grace_period_s=2.0,
     )
     config["metrics"] = {"listen_port": metrics_port, "listen_host": "127.0.0.1"}
+    runtime = config["engine"]["runtime"]
+    # replicas, Envoy and the agents share this machine's cores: one ONNX Runtime thread per
+    # replica, and no idle spinning (ONNX Runtime's default spins for work and starves the rest)
+    runtime.update(intra_op_threads=1, allow_spinning=False)
     if engine == "fast":
         model = work / "trivial-detector.onnx"
         if not model.exists():
@@ -139,9 +143,7 @@ def replica_config(
         config["engine"]["input_size"] = [64, 64]
         config["batching"].update(max_batch_size=16, max_queue_delay_ms=2)
     else:
-        runtime = config["engine"]["runtime"]
         runtime["model_path"] = str(REPO / runtime["model_path"])
-        runtime["intra_op_threads"] = 1  # replicas share the 2 cores
     config["batching"]["per_stream_queue_frames"] = 64
     return config
 

@@ -225,7 +225,7 @@ class DynamicBatcher:
         results = self._process(requests)
         finished_s = self._clock()
         with self._cond:
-            self._scheduler.observe_batch(finished_s - started_s)
+            self._scheduler.observe_batch(finished_s - started_s, len(batch))
         depth = self.depth
         self._metrics.batch_size.observe(len(batch))
         self._metrics.queue_depth.set(depth)

@@ -9,11 +9,13 @@ each non-empty queue in turn, and the turn carries over from one batch to the ne
 that floods the server fills only its own queue (and then gets RESOURCE_EXHAUSTED) and delays the
 frames of the other cameras by at most about one batch.
 
-Deadlines count the work still ahead: the scheduler keeps a moving average of how long a batch
-takes (`observe_batch`, fed by the batcher), and a frame whose deadline comes before the next batch
+Deadlines count the work still ahead: the scheduler keeps a moving average of the time per frame
+of a batch (`observe_batch`, fed by the batcher). A batch is cut to the size that can finish
+before the earliest deadline queued, and a frame whose deadline comes before even a batch of one
 could finish is answered DEADLINE_EXCEEDED at once instead of being run and answered late. On a
-CPU a batch of the cloud model takes half a second; without this, frames admitted with time left
-came back after their deadline (p99 1.46 s against 0.5 s in `bench/fleet_load.py`).
+CPU a batch of 4 frames of the cloud model takes over half a second; without this, frames
+admitted with time left came back after their 0.5 s deadline (p99 1.46 s in
+`bench/fleet_load.py`), and expiring by whole-batch time alone left almost nothing to answer.
 """
 
 from __future__ import annotations
@@ -119,12 +121,13 @@ class BatchScheduler(Generic[T]):
     """Bounded per-stream queues served round-robin into batches; see the module docstring.
 
     A batch is due when `full_batch_size` frames are queued, when the oldest frame has waited
-    `max_queue_delay_s`, or at once while draining. Frames whose deadline comes before a batch
-    started now could finish (`expected_batch_s`) are taken out (and returned as expired)
-    whenever a step is computed, so they never reach a batch.
+    `max_queue_delay_s`, or at once while draining. Its size is cut so that it can finish before
+    the earliest deadline queued (`expected_frame_s` per frame). Frames whose deadline comes
+    before a batch of one could finish are taken out (and returned as expired) whenever a step
+    is computed, so they never reach a batch.
     """
 
-    BATCH_TIME_WEIGHT = 0.3  # weight of the newest batch in the moving average
+    FRAME_TIME_WEIGHT = 0.3  # weight of the newest batch in the moving average
 
     def __init__(self, limits: SchedulerLimits, clock: Callable[[], float]) -> None:
         self._limits = limits
@@ -132,7 +135,7 @@ class BatchScheduler(Generic[T]):
         self._queues: OrderedDict[StreamKey, deque[Queued[T]]] = OrderedDict()
         self._depth = 0
         self._draining = False
-        self._expected_batch_s = 0.0
+        self._expected_frame_s = 0.0
 
     @property
     def limits(self) -> SchedulerLimits:
@@ -150,19 +153,19 @@ class BatchScheduler(Generic[T]):
         return self._draining
 
     @property
-    def expected_batch_s(self) -> float:
-        """Moving average of how long a batch takes (0 until the first `observe_batch`)."""
-        return self._expected_batch_s
+    def expected_frame_s(self) -> float:
+        """Moving average of batch time per frame (0 until the first `observe_batch`)."""
+        return self._expected_frame_s
 
-    def observe_batch(self, seconds: float) -> None:
-        """Record how long the latest batch took, from its formation to its answers."""
-        if seconds < 0.0 or math.isnan(seconds):
+    def observe_batch(self, seconds: float, frames: int) -> None:
+        """Record how long the latest batch of `frames` took, from its formation to its answers."""
+        if frames < 1 or seconds < 0.0 or math.isnan(seconds):
             return
-        if self._expected_batch_s == 0.0:
-            self._expected_batch_s = seconds
+        per_frame = seconds / frames
+        if self._expected_frame_s == 0.0:
+            self._expected_frame_s = per_frame
             return
-        weight = self.BATCH_TIME_WEIGHT
-        self._expected_batch_s += weight * (seconds - self._expected_batch_s)
+        self._expected_frame_s += self.FRAME_TIME_WEIGHT * (per_frame - self._expected_frame_s)
 
     def stream_depth(self, key: StreamKey) -> int:
         """Frames queued for one stream."""
@@ -190,13 +193,13 @@ class BatchScheduler(Generic[T]):
     def next_step(self) -> Step[T]:
         """Expire late frames, then form the next batch if one is due."""
         now = self._clock()
-        expired = self._expire(now + self._expected_batch_s)
+        expired = self._expire(now + self._expected_frame_s)
         if not self._depth:
             return Step([], expired, None)
         due_in_s = self._due_at() - now
         if due_in_s > 0.0:
             return Step([], expired, due_in_s)
-        batch = self._take(self._limits.batch_size_for(self._depth))
+        batch = self._take(self._limits.batch_size_for(min(self._depth, self._fitting(now))))
         return Step(batch, expired, 0.0 if self._depth else None)
 
     def start_draining(self) -> None:
@@ -209,6 +212,13 @@ class BatchScheduler(Generic[T]):
         self._queues.clear()
         self._depth = 0
         return taken
+
+    def _fitting(self, now: float) -> int:
+        """Frames a batch formed now may hold and still finish before the earliest deadline."""
+        if self._expected_frame_s <= 0.0:
+            return self._depth
+        earliest = min(queued.deadline_s for queue in self._queues.values() for queued in queue)
+        return max(1, math.floor((earliest - now) / self._expected_frame_s))
 
     def _due_at(self) -> float:
         if self._draining or self._depth >= self._limits.full_batch_size:

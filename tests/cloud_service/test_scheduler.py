@@ -276,8 +276,8 @@ def test_limits_from_config() -> None:
 def test_frames_that_cannot_finish_before_their_deadline_expire_at_once() -> None:
     clock = FakeClock()
     scheduler = _scheduler(clock, max_batch=2, delay_s=0.0)
-    scheduler.observe_batch(0.5)  # a batch takes half a second here
-    assert scheduler.expected_batch_s == pytest.approx(0.5)
+    scheduler.observe_batch(1.0, 2)  # half a second per frame here
+    assert scheduler.expected_frame_s == pytest.approx(0.5)
     assert scheduler.admit("tight", A, clock.now + 0.3) is Admission.ADMITTED
     assert scheduler.admit("roomy", A, clock.now + 0.8) is Admission.ADMITTED
 
@@ -287,12 +287,28 @@ def test_frames_that_cannot_finish_before_their_deadline_expire_at_once() -> Non
     assert [q.item for q in step.batch] == ["roomy"]
 
 
-def test_batch_time_is_a_moving_average_that_ignores_nonsense() -> None:
+def test_batches_are_cut_to_what_finishes_before_the_earliest_deadline() -> None:
+    clock = FakeClock()
+    scheduler = _scheduler(clock, max_batch=4, delay_s=0.0)
+    scheduler.observe_batch(0.8, 4)  # 0.2 s per frame
+    for i in range(4):
+        assert scheduler.admit(f"f{i}", A, clock.now + 0.5) is Admission.ADMITTED
+
+    first = scheduler.next_step()
+    assert [q.item for q in first.batch] == ["f0", "f1"]  # 2 x 0.2 s fits in 0.5 s, 3 would not
+    assert not first.expired
+    clock.now += 0.4
+    second = scheduler.next_step()
+    assert [q.item for q in second.expired] == ["f2", "f3"]  # 0.1 s left: not even one fits
+
+
+def test_frame_time_is_a_moving_average_that_ignores_nonsense() -> None:
     scheduler = _scheduler(FakeClock())
-    assert scheduler.expected_batch_s == 0.0  # no estimate: only passed deadlines expire
-    scheduler.observe_batch(1.0)
-    scheduler.observe_batch(0.0)
-    assert scheduler.expected_batch_s == pytest.approx(1.0 - BatchScheduler.BATCH_TIME_WEIGHT)
-    scheduler.observe_batch(-1.0)
-    scheduler.observe_batch(math.nan)
-    assert scheduler.expected_batch_s == pytest.approx(0.7)
+    assert scheduler.expected_frame_s == 0.0  # no estimate: only passed deadlines expire
+    scheduler.observe_batch(2.0, 2)
+    scheduler.observe_batch(0.0, 4)
+    assert scheduler.expected_frame_s == pytest.approx(1.0 - BatchScheduler.FRAME_TIME_WEIGHT)
+    scheduler.observe_batch(-1.0, 1)
+    scheduler.observe_batch(math.nan, 1)
+    scheduler.observe_batch(1.0, 0)
+    assert scheduler.expected_frame_s == pytest.approx(0.7)
