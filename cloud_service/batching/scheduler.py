@@ -10,11 +10,12 @@ that floods the server fills only its own queue (and then gets RESOURCE_EXHAUSTE
 frames of the other cameras by at most about one batch.
 
 Deadlines count the work still ahead: the scheduler keeps a moving average of the time per frame
-of a batch (`observe_batch`, fed by the batcher). A batch is cut to the size that can finish
-before the earliest deadline queued, and a frame whose deadline comes before even a batch of one
-could finish is answered DEADLINE_EXCEEDED at once instead of being run and answered late. On a
-CPU a batch of 4 frames of the cloud model takes over half a second; without this, frames
-admitted with time left came back after their 0.5 s deadline (p99 1.46 s in
+of a batch and of its deviation (`observe_batch`, fed by the batcher), and plans with the average
+plus twice the deviation, as TCP plans its retransmission timeout. A batch is cut to the size
+that can finish before the earliest deadline queued, and a frame whose deadline comes before even
+a batch of one could finish is answered DEADLINE_EXCEEDED at once instead of being run and
+answered late. On a CPU a batch of 4 frames of the cloud model takes over half a second;
+without this, frames admitted with time left came back after their 0.5 s deadline (p99 1.46 s in
 `bench/fleet_load.py`), and expiring by whole-batch time alone left almost nothing to answer.
 """
 
@@ -135,7 +136,8 @@ class BatchScheduler(Generic[T]):
         self._queues: OrderedDict[StreamKey, deque[Queued[T]]] = OrderedDict()
         self._depth = 0
         self._draining = False
-        self._expected_frame_s = 0.0
+        self._frame_mean_s = 0.0
+        self._frame_dev_s = 0.0
 
     @property
     def limits(self) -> SchedulerLimits:
@@ -154,18 +156,22 @@ class BatchScheduler(Generic[T]):
 
     @property
     def expected_frame_s(self) -> float:
-        """Moving average of batch time per frame (0 until the first `observe_batch`)."""
-        return self._expected_frame_s
+        """Batch time per frame to plan with: moving average + 2 deviations (0 until the first
+        `observe_batch`)."""
+        return self._frame_mean_s + 2.0 * self._frame_dev_s
 
     def observe_batch(self, seconds: float, frames: int) -> None:
         """Record how long the latest batch of `frames` took, from its formation to its answers."""
         if frames < 1 or seconds < 0.0 or math.isnan(seconds):
             return
         per_frame = seconds / frames
-        if self._expected_frame_s == 0.0:
-            self._expected_frame_s = per_frame
+        if self._frame_mean_s == 0.0:
+            self._frame_mean_s = per_frame
             return
-        self._expected_frame_s += self.FRAME_TIME_WEIGHT * (per_frame - self._expected_frame_s)
+        weight = self.FRAME_TIME_WEIGHT
+        error = per_frame - self._frame_mean_s
+        self._frame_mean_s += weight * error
+        self._frame_dev_s += weight * (abs(error) - self._frame_dev_s)
 
     def stream_depth(self, key: StreamKey) -> int:
         """Frames queued for one stream."""
@@ -193,7 +199,7 @@ class BatchScheduler(Generic[T]):
     def next_step(self) -> Step[T]:
         """Expire late frames, then form the next batch if one is due."""
         now = self._clock()
-        expired = self._expire(now + self._expected_frame_s)
+        expired = self._expire(now + self.expected_frame_s)
         if not self._depth:
             return Step([], expired, None)
         due_in_s = self._due_at() - now
@@ -215,10 +221,10 @@ class BatchScheduler(Generic[T]):
 
     def _fitting(self, now: float) -> int:
         """Frames a batch formed now may hold and still finish before the earliest deadline."""
-        if self._expected_frame_s <= 0.0:
+        if self.expected_frame_s <= 0.0:
             return self._depth
         earliest = min(queued.deadline_s for queue in self._queues.values() for queued in queue)
-        return max(1, math.floor((earliest - now) / self._expected_frame_s))
+        return max(1, math.floor((earliest - now) / self.expected_frame_s))
 
     def _due_at(self) -> float:
         if self._draining or self._depth >= self._limits.full_batch_size:

@@ -305,10 +305,12 @@ def test_batches_are_cut_to_what_finishes_before_the_earliest_deadline() -> None
 def test_frame_time_is_a_moving_average_that_ignores_nonsense() -> None:
     scheduler = _scheduler(FakeClock())
     assert scheduler.expected_frame_s == 0.0  # no estimate: only passed deadlines expire
-    scheduler.observe_batch(2.0, 2)
-    scheduler.observe_batch(0.0, 4)
-    assert scheduler.expected_frame_s == pytest.approx(1.0 - BatchScheduler.FRAME_TIME_WEIGHT)
+    scheduler.observe_batch(2.0, 2)  # 1 s per frame
+    assert scheduler.expected_frame_s == pytest.approx(1.0)
+    scheduler.observe_batch(0.0, 4)  # mean 0.7, deviation 0.3: plans with 0.7 + 2 x 0.3
+    weight = BatchScheduler.FRAME_TIME_WEIGHT
+    assert scheduler.expected_frame_s == pytest.approx((1.0 - weight) + 2 * weight)
     scheduler.observe_batch(-1.0, 1)
     scheduler.observe_batch(math.nan, 1)
     scheduler.observe_batch(1.0, 0)
-    assert scheduler.expected_frame_s == pytest.approx(0.7)
+    assert scheduler.expected_frame_s == pytest.approx(1.3)
