@@ -429,11 +429,13 @@ def run_scenario(
                 base["r-new"] = 0.0
                 last["r-new"] = 0.0
                 added = True
+            t = time.monotonic() - started  # starting a replica above takes seconds
+            span = max(1e-3, t - (timeline[-1]["t"] if timeline else 0.0))
             point: dict[str, float] = {"t": round(t, 1)}
             for replica in [*running, *extra]:
                 now_count = replica.answered()
-                if now_count == now_count:  # not NaN: the replica is up
-                    point[replica.name] = now_count - last.get(replica.name, 0.0)
+                if now_count == now_count:  # not NaN: the replica is up; frames per second
+                    point[replica.name] = (now_count - last.get(replica.name, 0.0)) / span
                     last[replica.name] = now_count
                 else:
                     point[replica.name] = 0.0
