@@ -131,6 +131,7 @@ def build_service(config: CloudServiceConfig) -> CloudService:
         batcher,
         max_stream_inflight_frames=config.batching.max_stream_inflight_frames,
         max_streams=config.server.max_frame_streams,
+        metrics=metrics,
     )
     try:
         server, port = create_server(config.server, servicer)

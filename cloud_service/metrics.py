@@ -13,6 +13,9 @@ Names (all prefixed `cloud_service_`):
   for a whole batch), `invalid_identity` (INVALID_ARGUMENT: an empty, overlong or odd agent,
   camera or request id). Frames the processor rejects (INVALID_ARGUMENT) count only in
   `frames_total`.
+- `frame_streams` / `frame_streams_limit` (gauges): frame streams open, and the most this replica
+  serves at once (`server.worker_threads - server.reserved_threads`; 0 when unlimited);
+  `frame_streams_refused_total` (counter): streams refused RESOURCE_EXHAUSTED at that limit.
 - `frames_total{agent_id, camera_id, code}` (counter): every answer per stream key and status code;
   `rate()` of it gives the per-stream frame rates. The label values are client-chosen, so they
   are bounded: identities that fail `cloud_service.identity` count as `invalid`, and past
@@ -80,6 +83,19 @@ class ServiceMetrics:
             f"{_PREFIX}frames_rejected",
             "Frames answered without inference, by reason.",
             ["reason"],
+            registry=reg,
+        )
+        self.frame_streams = Gauge(
+            f"{_PREFIX}frame_streams", "Frame streams open (one per edge agent).", registry=reg
+        )
+        self.frame_streams_limit = Gauge(
+            f"{_PREFIX}frame_streams_limit",
+            "Frame streams this replica serves at once; 0: unlimited.",
+            registry=reg,
+        )
+        self.frame_streams_refused = Counter(
+            f"{_PREFIX}frame_streams_refused",
+            "Frame streams refused RESOURCE_EXHAUSTED at the stream limit.",
             registry=reg,
         )
         self.frames = Counter(

@@ -18,6 +18,7 @@ from cloud_service.batching.batcher import FrameProcessor as FrameProcessor
 from cloud_service.config import BatchingConfig
 from cloud_service.convert import status_to_proto
 from cloud_service.handlers import MalformedRequest
+from cloud_service.metrics import ServiceMetrics
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceServicer
 
@@ -66,6 +67,7 @@ class InferenceServicer(InferenceServiceServicer):
         *,
         max_stream_inflight_frames: int = 256,
         max_streams: int | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         if max_stream_inflight_frames < 1:
             raise ValueError(
@@ -81,6 +83,9 @@ class InferenceServicer(InferenceServiceServicer):
         self._max_streams = max_streams
         self._streams = 0
         self._streams_lock = threading.Lock()
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.frame_streams_limit.set(max_streams or 0)
 
     def DetectFrame(  # noqa: N802 - gRPC method name
         self, request: pb.FrameRequest | MalformedRequest, context: grpc.ServicerContext
@@ -109,6 +114,7 @@ class InferenceServicer(InferenceServiceServicer):
             full = self._max_streams is not None and self._streams >= self._max_streams
             if not full:
                 self._streams += 1
+            self._count_streams(refused=full)
         if full:
             logger.warning(
                 "frame stream from %s refused: this replica serves its maximum of %s streams",
@@ -125,6 +131,15 @@ class InferenceServicer(InferenceServiceServicer):
         finally:
             with self._streams_lock:
                 self._streams -= 1
+                self._count_streams(refused=False)
+
+    def _count_streams(self, *, refused: bool) -> None:
+        """Lock held: export the open streams (and a refusal)."""
+        if self._metrics is None:
+            return
+        self._metrics.frame_streams.set(self._streams)
+        if refused:
+            self._metrics.frame_streams_refused.inc()
 
     def _stream(
         self,

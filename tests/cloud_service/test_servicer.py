@@ -126,3 +126,44 @@ def test_config_keeps_threads_for_short_calls() -> None:
     assert ServerConfig().max_frame_streams == 60
     assert ServerConfig(worker_threads=4).max_frame_streams == 1
     assert ServerConfig(worker_threads=16, reserved_threads=0).max_frame_streams == 16
+
+
+def test_open_and_refused_streams_are_exported() -> None:
+    from cloud_service.config import ServerConfig
+    from cloud_service.metrics import ServiceMetrics
+    from cloud_service.server import create_server
+    from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
+
+    metrics = ServiceMetrics()
+    servicer = InferenceServicer(_Echo(), max_streams=1, metrics=metrics)
+    server, port = create_server(ServerConfig(listen_address="127.0.0.1:0"), servicer)
+    server.start()
+    release = threading.Event()
+
+    def frames() -> Iterator[pb.FrameRequest]:
+        yield make_request("cam", 1, jpeg=b"")
+        release.wait(RPC_TIMEOUT_S)
+
+    def value(name: str) -> float:
+        return metrics.registry.get_sample_value(name) or 0.0
+
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = InferenceServiceStub(channel)
+            held = stub.StreamFrames(frames(), timeout=RPC_TIMEOUT_S)
+            assert next(held).frame_id == 1
+            assert value("cloud_service_frame_streams") == 1.0
+            assert value("cloud_service_frame_streams_limit") == 1.0
+            with pytest.raises(grpc.RpcError):
+                next(stub.StreamFrames(frames(), timeout=RPC_TIMEOUT_S))
+            assert value("cloud_service_frame_streams_refused_total") == 1.0
+            held.cancel()
+            release.set()
+            for _ in range(100):  # the handler ends shortly after the cancel
+                if value("cloud_service_frame_streams") == 0.0:
+                    break
+                threading.Event().wait(0.05)
+            assert value("cloud_service_frame_streams") == 0.0
+    finally:
+        release.set()
+        server.stop(0).wait()

@@ -29,9 +29,9 @@ import yaml
 from testbed.processes import ManagedProcess
 from testbed.scenes.writer import SceneFolder
 from tests.fixtures.agent_process import (
-    CLASS_NAMES,
     REPO_ROOT,
     AgentProcess,
+    committed_cloud_document,
     scene_agent_document,
     write_agent_config,
 )
@@ -47,7 +47,6 @@ RULE_FILES = sorted((PROMETHEUS_DIR / "rules").glob("*.yml"))
 RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.test.yml"))
 DASHBOARDS = sorted((MONITORING / "grafana" / "dashboards").glob("*.json"))
 PROVISIONING = MONITORING / "grafana" / "provisioning"
-CLOUD_MODEL = REPO_ROOT / "models" / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
 
 JOBS = {"edge-agent", "cloud-service"}  # the job names the rules and dashboards select on
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
@@ -342,25 +341,6 @@ def _wait_for(checks: dict[str, Callable[[], bool]], timeout_s: float) -> list[s
     return sorted(pending)
 
 
-def _cloud_config(port: int, metrics_port: int) -> dict[str, Any]:
-    return {
-        "server": {"listen_address": f"127.0.0.1:{port}", "grace_period_s": 1},
-        "engine": {
-            "runtime": {
-                "type": "onnxruntime",
-                "model_path": str(CLOUD_MODEL),
-                "intra_op_threads": 1,
-            },
-            "class_names": CLASS_NAMES,
-            "input_size": [640, 640],
-        },
-        "batching": {"max_batch_size": 2},
-        "model_name": "cloud-yolov5s",
-        "model_version": "committed",
-        "metrics": {"enabled": True, "listen_host": "127.0.0.1", "listen_port": metrics_port},
-    }
-
-
 def _prometheus_config(edge_port: int, cloud_port: int) -> dict[str, Any]:
     """The example's jobs and labels, scraping the local processes every second."""
     return {
@@ -389,7 +369,7 @@ def test_every_dashboard_query_and_recording_rule_has_data_from_a_running_fleet(
     if prometheus_binary is None:
         pytest.skip("prometheus not found (Debian/Ubuntu: apt-get install prometheus)")
     edge_metrics_port, cloud_metrics_port = free_tcp_port(), free_tcp_port()
-    cloud = CloudProcess(_cloud_config(free_tcp_port(), cloud_metrics_port), tmp_path)
+    cloud = CloudProcess(committed_cloud_document(free_tcp_port(), cloud_metrics_port), tmp_path)
     document = scene_agent_document(
         tmp_path,
         events_scene,

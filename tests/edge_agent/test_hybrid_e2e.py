@@ -10,18 +10,16 @@ import json
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from testbed.alert_check import load_expected, match_first_loop
 from testbed.scenes.writer import SceneFolder
 from tests.fixtures.agent_process import (
-    CLASS_NAMES,
     PREFIX,
-    REPO_ROOT,
     SCENE_S,
     AgentProcess,
+    committed_cloud_document,
     event_payloads,
     scene_agent_document,
     scene_events,
@@ -34,29 +32,9 @@ from tests.fixtures.processes import free_tcp_port
 from tests.fixtures.rtsp import RtspServerFactory
 from tests.fixtures.scenes import scene_video
 
-CLOUD_MODEL = REPO_ROOT / "models" / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
 AGENT = "hybrid-agent"
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _cloud_config(port: int) -> dict[str, Any]:
-    return {
-        "server": {"listen_address": f"127.0.0.1:{port}", "grace_period_s": 1},
-        "engine": {
-            "runtime": {
-                "type": "onnxruntime",
-                "model_path": str(CLOUD_MODEL),
-                "intra_op_threads": 1,
-            },
-            "class_names": CLASS_NAMES,
-            "input_size": [640, 640],
-        },
-        "batching": {"max_batch_size": 2},
-        "model_name": "cloud-yolov5s",
-        "model_version": "committed",
-        "metrics": {"enabled": False},
-    }
 
 
 def _metric(port: int, name: str, **labels: str) -> float:
@@ -86,7 +64,7 @@ def test_hybrid_loop_survives_the_cloud_going_away(
     mosquitto_broker: MosquittoBroker,
     tmp_path: Path,
 ) -> None:
-    cloud = CloudProcess(_cloud_config(free_tcp_port()), tmp_path)
+    cloud = CloudProcess(committed_cloud_document(free_tcp_port()), tmp_path)
     cloud.start()
     server = rtsp_server_factory(clip=scene_video(events_scene))
     recorder = MqttRecorder(mosquitto_broker, f"{PREFIX}/#")
