@@ -528,7 +528,7 @@ class EscalationClient:
         with self._lock:
             # a stream that was answering broke (a replica died or was drained): resend and go
             # to another replica at once; a stream that never answered fails its frames, backs off
-            healthy, self._stream_answers = self._stream_answers > 0, 0
+            healthy = self._stream_answers > 0  # reset when the next stream opens
         if healthy and code in _TRANSPORT_BREAK_CODES:
             failed = self._resend_unanswered(f"stream to the cloud broke ({error})")
         else:
@@ -556,9 +556,12 @@ class EscalationClient:
         else:
             # a healthy stream cut with nothing lost (a connection aged out, a replica left) is
             # routine; a break that failed frames or keeps failing is worth a warning
-            log = logger.warning if fresh and (failed or not healthy) else logger.info
             if not fresh:
                 log = logger.debug
+            elif failed or not healthy:
+                log = logger.warning
+            else:
+                log = logger.info
             log(
                 "escalation stream to %s broke (%s, %s frames failed); reconnecting in %.2f s",
                 self._target,
@@ -630,7 +633,7 @@ class EscalationClient:
             )
 
     def _resend_unanswered(self, message: str) -> int:
-        """After an UNAVAILABLE break: queue each unanswered frame once more if it has time left.
+        """After a healthy stream broke: queue each unanswered frame once more if it has time left.
 
         Frames never sent stay queued. A frame already resent once, or past its deadline, fails
         with UNAVAILABLE. How many failed.
