@@ -85,7 +85,14 @@ class LatestFrameSlot:
             if not self._unseen:
                 return None
             self._unseen = False
+            self._cond.notify_all()  # wakes `wait_taken`
             return self._frame
+
+    def wait_taken(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until no put frame is left untaken (or the slot is closed);
+        whether that is so. A producer that must not drop frames calls it before each `put`."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._unseen or self._closed, timeout=timeout_s)
 
     def peek(self) -> CapturedFrame | None:
         """The newest frame, seen or not, without taking it."""

@@ -96,8 +96,11 @@ class CameraSource:
     """Reads one camera in the background into a `LatestFrameSlot`.
 
     `url` is an `rtsp://`/`rtsps://` URL (credentials, if any, already in it) or a video file
-    path; files are replayed at their native frame rate, looping when `loop_file`. Call `start()`
-    once and `stop()` at the end; frames come from `slot.get(timeout_s)`.
+    path; files are replayed at their native frame rate, looping when `loop_file`. With
+    `every_frame`, a file's frames are never dropped: the reader waits until the slot's frame is
+    taken, and stamps each frame on the clip's clock (first frame's time + position / fps), so a
+    recording is analysed completely and its rules see the clip's own time. Call `start()` once
+    and `stop()` at the end; frames come from `slot.get(timeout_s)`.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class CameraSource:
         *,
         slot: LatestFrameSlot | None = None,
         loop_file: bool = True,
+        every_frame: bool = False,
         on_state_change: StateCallback | None = None,
         rng: Callable[[], float] | None = None,
         watchdog_interval_s: float = 0.05,
@@ -118,6 +122,7 @@ class CameraSource:
         self.config = config if config is not None else CaptureConfig()
         self.slot = slot if slot is not None else LatestFrameSlot()
         self.loop_file = loop_file
+        self.every_frame = every_frame
         self._on_state_change = on_state_change
         self._backoff = Backoff.from_config(self.config, rng)
         self._watchdog_interval_s = watchdog_interval_s
@@ -317,11 +322,15 @@ class CameraSource:
     def _replay_file(self, conn: _Connection, capture: Any) -> None:
         fps = float(capture.get(cv2.CAP_PROP_FPS))
         period_s = 1.0 / (fps if fps > 0 else _DEFAULT_FILE_FPS)
-        due = time.monotonic()
+        due = start = time.monotonic()
+        start_wall = time.time()
+        position = 0  # frames replayed on this connection, across loops
         while not conn.abandoned.is_set():
             ok, image = capture.read()
             if not ok:
                 if not self.loop_file:
+                    if self.every_frame:
+                        self._wait_taken(conn)  # the last frame too is analysed before the end
                     conn.finished = True
                     conn.error = "end of file"
                     return
@@ -332,16 +341,34 @@ class CameraSource:
                 if not ok:
                     conn.error = f"cannot read {self.url} after rewinding"
                     return
+            if self.every_frame:
+                if not self._wait_taken(conn):
+                    return
+                due = start + position * period_s  # never ahead of the clip's clock
             # Pace like a camera: never ahead of the clip's clock; late frames go out at once.
             wait_s = due - time.monotonic()
             if wait_s > 0 and conn.abandoned.wait(wait_s):
                 return
-            due = max(due + period_s, time.monotonic() - period_s)
-            self._publish(conn, image)
+            if self.every_frame:
+                self._publish(conn, image, (start_wall + position * period_s, due))
+            else:
+                due = max(due + period_s, time.monotonic() - period_s)
+                self._publish(conn, image)
+            position += 1
 
-    def _publish(self, conn: _Connection, image: Any) -> None:
-        monotonic_s = time.monotonic()
-        wall_s = time.time()
+    def _wait_taken(self, conn: _Connection) -> bool:
+        """Wait until analysis took the last frame, keeping the watchdog fed; False if abandoned."""
+        while not self.slot.wait_taken(self._watchdog_interval_s):
+            if conn.abandoned.is_set():
+                return False
+            conn.deadline_mono = time.monotonic() + self._stall_timeout_s
+        return not conn.abandoned.is_set()
+
+    def _publish(
+        self, conn: _Connection, image: Any, stamp: tuple[float, float] | None = None
+    ) -> None:
+        """Put `image` in the slot, stamped now or at `stamp` (wall, monotonic seconds)."""
+        wall_s, monotonic_s = (time.time(), time.monotonic()) if stamp is None else stamp
         with self._lock:
             if conn.abandoned.is_set() or self._current is not conn:
                 return
@@ -349,7 +376,7 @@ class CameraSource:
             self._next_index += 1
             self._frames += 1
         conn.frames += 1
-        conn.deadline_mono = monotonic_s + self._stall_timeout_s
+        conn.deadline_mono = time.monotonic() + self._stall_timeout_s
         frame = CapturedFrame(
             self.camera, index, wall_s, monotonic_s, np.asarray(image, dtype=np.uint8)
         )

@@ -90,6 +90,14 @@ class CameraConfig(StrictModel):
     loop_file: bool = Field(
         default=True, description="Replay a video file source from the start when it ends."
     )
+    file_replay: Literal["live", "every_frame"] = Field(
+        default="live",
+        description=(
+            "Video files only. `live`: replay at the clip's frame rate and drop the frames "
+            "analysis cannot keep up with, like a camera. `every_frame`: never drop; wait for "
+            "analysis and stamp each frame on the clip's own clock, to analyse a recording whole."
+        ),
+    )
     capture: CaptureConfig = Field(default_factory=CaptureConfig, description="Capture behaviour.")
     motion: MotionConfig = Field(
         default_factory=MotionConfig, description="Skip detection on frames without motion."
@@ -117,6 +125,17 @@ class CameraConfig(StrictModel):
         if parts.password is not None:
             raise ValueError("put the password in `password` (a secret reference), not in the URL")
         return url
+
+    @model_validator(mode="after")
+    def _check_file_replay(self) -> Self:
+        if self.file_replay == "every_frame" and (
+            "://" in self.url or self.capture.gstreamer_pipeline is not None
+        ):
+            raise config_error_at(
+                ("file_replay",),
+                "file_replay every_frame applies to video files only; a live stream cannot wait",
+            )
+        return self
 
     @model_validator(mode="wrap")
     @classmethod

@@ -275,6 +275,7 @@ class EdgeAgent:
             camera.capture,
             slot=LatestFrameSlot(notify=self._wake),
             loop_file=camera.loop_file,
+            every_frame=camera.file_replay == "every_frame",
             on_state_change=self._on_state_change,
         )
         detector_threshold = self.config.detector.confidence_threshold

@@ -203,6 +203,32 @@ def test_slow_consumer_never_sees_stale_frames(
     assert drops == sorted(drops) and drops[-1] - drops[0] >= 25  # ~4 of each 5 frames dropped
 
 
+def test_every_frame_replay_waits_for_a_slow_consumer_and_keeps_the_clip_clock(
+    make_source: Callable[..., tuple[CameraSource, StateLog]], short_sample_clip: Path
+) -> None:
+    source, log = make_source(
+        str(short_sample_clip),
+        _fast_config(stall_timeout_ms=300),
+        loop_file=False,
+        every_frame=True,
+    )
+    frames: list[CapturedFrame] = []
+    while (frame := source.slot.get(timeout_s=3.0)) is not None:
+        frames.append(frame)
+        # slower than the clip, once past the stall timeout: waiting for analysis is no stall
+        time.sleep(0.6 if len(frames) == 5 else 0.1 if len(frames) < 10 else 0.0)
+        if len(frames) == 50:
+            break
+    log.wait_for({CaptureState.STOPPED}, timeout_s=5.0)
+    assert [f.index for f in frames] == list(range(50))
+    assert source.slot.drops == 0 and source.stats().reconnects == 0
+    # Stamped on the clip's clock (frame i at first + i / fps) on both clocks, not when read.
+    walls = np.array([f.capture_time_s - frames[0].capture_time_s for f in frames])
+    monos = np.array([f.monotonic_s - frames[0].monotonic_s for f in frames])
+    np.testing.assert_allclose(walls, np.arange(50) / NATIVE_FPS, atol=1e-6)
+    np.testing.assert_allclose(monos, np.arange(50) / NATIVE_FPS, atol=1e-6)
+
+
 def test_missing_file_reports_error_and_keeps_retrying(
     make_source: Callable[..., tuple[CameraSource, StateLog]], tmp_path: Path
 ) -> None:

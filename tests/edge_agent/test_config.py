@@ -148,6 +148,15 @@ CASES = [
         id="http-url",
     ),
     pytest.param(
+        _with(
+            "",
+            ("url: rtsp://10.0.0.1/stream", "url: rtsp://10.0.0.1/s\n    file_replay: every_frame"),
+        ),
+        "t.yaml:6: cameras[0].file_replay: file_replay every_frame applies to video files only; "
+        "a live stream cannot wait",
+        id="every-frame-on-a-stream",
+    ),
+    pytest.param(
         _with("", ("points: [[0, 0], [1, 0], [1, 1]]", "points: [[0, 0], [1, 0]]")),
         "t.yaml:8: cameras[0].zones[0].points: List should have at least 3 items after "
         "validation, not 2",
