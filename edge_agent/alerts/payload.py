@@ -26,8 +26,12 @@ Schema `edge-alert/v1` (one JSON object, UTF-8, keys in this order):
 * `box` is `[x1, y1, x2, y2]` in pixels of the frame, rounded to 0.1 px, or `null`;
   `frame_size` is that frame's `[width, height]` in pixels (also for occupancy, whose `box` is
   `null`), or `null` where unknown.
-* `label` and `frame_size` were added within v1: consumers of v1 ignore keys they do not know,
-  and no earlier key changed meaning.
+* `media` (optional, last) names the pictures recorded for the event, e.g.
+  `{"snapshot": {"path": "...", "url": "..."}, "crop": {...}, "clip": {...}}`; absent when no
+  recorder is configured. A reference is known when the alert is sent; the file appears shortly
+  after (written off the frame loop, atomically).
+* `label`, `frame_size` and `media` were added within v1: consumers of v1 ignore keys they do not
+  know, and no earlier key changed meaning.
 
 Topics (`prefix` from `mqtt.topic_prefix`):
 

@@ -15,6 +15,7 @@ process dies is sent again by the next instance on the same outbox file.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -39,6 +40,7 @@ from edge_agent.alerts.payload import (
     event_topic,
     status_topic,
 )
+from edge_agent.alerts.sinks import EventContext
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.rules.engine import RuleEvent
 
@@ -119,10 +121,22 @@ class AlertPublisher:
         payload = encode_event(event, self.agent_id, self._event_ids.id_for(event))
         return self._enqueue(topic, payload, self.config.qos, retain=False)
 
+    def deliver(self, context: EventContext, payload: Mapping[str, object]) -> None:
+        """`AlertSink`: queue the ready `payload` of `context.event` in the outbox."""
+        event = context.event
+        topic = event_topic(self.config.topic_prefix, self.agent_id, event.camera, event.rule)
+        encoded = json.dumps(dict(payload), separators=(",", ":")).encode()
+        self._enqueue(topic, encoded, self.config.qos, retain=False)
+
     def publish_status(self, camera: str, status: Mapping[str, object]) -> int:
         """Queue a retained JSON status of `camera` (QoS 1); returns its outbox id."""
         topic = status_topic(self.config.topic_prefix, self.agent_id, camera)
         return self._enqueue(topic, encode_status(status), 1, retain=True)
+
+    def publish_retained(self, topic: str, payload: bytes) -> int:
+        """Queue any retained message (QoS 1) through the outbox, e.g. Home Assistant discovery
+        configs or zone states; an empty `payload` clears the topic. Returns its outbox id."""
+        return self._enqueue(topic, payload, 1, retain=True)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the outbox is empty and nothing is in flight; returns whether it is."""

@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from configkit.secrets import SecretError
@@ -22,6 +22,7 @@ from detection.detector import Detector
 from detection.errors import DetectionError
 from detection.slicing import Tile
 from edge_agent.alerts import AlertPublisher
+from edge_agent.alerts.sinks import AlertFanout, AlertSink, MediaRecorder
 from edge_agent.capture import CameraSource, CapturedFrame, CaptureState, LatestFrameSlot
 from edge_agent.capture.urls import camera_url
 from edge_agent.config import EdgeAgentConfig
@@ -66,14 +67,19 @@ class EdgeAgent:
         embedder: Embedder | None = None,
         metrics: EdgeMetrics | None = None,
         escalation: EscalationStage | None = None,
+        sinks: Sequence[AlertSink] = (),
+        recorders: Sequence[MediaRecorder] = (),
     ) -> None:
         """Set up the cameras (not started); `embedder` defaults to the configured one.
 
         `escalation` sends hard frames to the cloud and brings its answers back for fusion.
+        Events go to `publisher` (MQTT) and to `sinks`, with media from `recorders` named in
+        their payloads (`AlertFanout`).
         """
         self.config = config
         self.detector = detector
         self.publisher = publisher
+        self.alerts = AlertFanout(config.agent.id, [publisher, *sinks], recorders)
         self.hooks: list[OutcomeHook] = []
         self.batches = 0
         self.failed_batches = 0
@@ -166,7 +172,7 @@ class EdgeAgent:
         if self.escalation is not None:
             self.escalation.close()
         for worker in self.workers:
-            self._publish_events(worker.finish())
+            self._publish_events(worker, worker.finish())
         self._drain_state_changes()
         for worker in self.workers:
             status = self.status[worker.name]
@@ -208,7 +214,7 @@ class EdgeAgent:
                 logger.exception("camera %s: frame %d failed", worker.name, frame.index)
                 continue
             self.status[worker.name].analysed(frame.monotonic_s)
-            self._publish_events(outcome.events)
+            self._publish_events(worker, outcome.events, outcome)
             if self.telemetry is not None:
                 self.telemetry.on_outcome(outcome)
             decision = outcome.decision
@@ -346,15 +352,16 @@ class EdgeAgent:
                 self.publisher.publish_status(name, self._document(name, status, 0, 0, 0))
 
     def _publish_status(self, worker: CameraWorker) -> None:
-        stats = worker.source.stats()
-        document = self._document(
-            worker.name,
-            self.status[worker.name],
-            worker.counters.analysed,
-            stats.drops + worker.counters.skipped_rate,
-            stats.reconnects,
-        )
+        document = self._worker_document(worker)
         self.publisher.publish_status(worker.name, document)
+
+    def _worker_document(self, worker: CameraWorker) -> dict[str, object]:
+        stats = worker.source.stats()
+        dropped = stats.drops + worker.counters.skipped_rate
+        status = self.status[worker.name]
+        return self._document(
+            worker.name, status, worker.counters.analysed, dropped, stats.reconnects
+        )
 
     def _document(
         self, name: str, status: CameraStatus, frames: int, dropped: int, reconnects: int
@@ -365,6 +372,19 @@ class EdgeAgent:
         document["cloud"] = self.cloud_state
         return document
 
+    def status_documents(self) -> dict[str, dict[str, object]]:
+        """Every camera's status document (as on its MQTT status topic), by camera name; safe to
+        call from another thread (the status page)."""
+        documents: dict[str, dict[str, object]] = {}
+        for name, status in list(self.status.items()):
+            worker = self._worker(name)
+            documents[name] = (
+                self._document(name, status, 0, 0, 0)
+                if worker is None
+                else self._worker_document(worker)
+            )
+        return documents
+
     @property
     def cloud_state(self) -> str:
         """`off` (escalation disabled), `connected` or `unreachable` (the agent runs alone)."""
@@ -372,8 +392,12 @@ class EdgeAgent:
             return "off"
         return "connected" if self.escalation.connected else "unreachable"
 
-    def _publish_events(self, events: list[RuleEvent]) -> None:
+    def _publish_events(
+        self, worker: CameraWorker, events: list[RuleEvent], outcome: FrameOutcome | None = None
+    ) -> None:
+        frame = outcome.frame if outcome is not None else None
+        detections = outcome.detections if outcome is not None else None
         for event in events:
-            self.publisher.publish_event(event)
+            self.alerts.emit(event, frame, detections, worker.config, self.detector.class_names)
         if self.telemetry is not None and events:
             self.telemetry.on_events(events)
