@@ -3,7 +3,9 @@
 Messages are appended with `put`, read oldest first with `peek` and deleted with `ack` once the
 broker has acknowledged them, so they survive a broker outage and a restart of the process. The
 outbox is bounded: beyond `max_rows` the oldest rows are dropped, and rows older than `max_age_s`
-are dropped; `dropped` counts them (kept in the file, so it also survives restarts).
+are dropped; `dropped` counts them (kept in the file, so it also survives restarts). A message
+may carry its own expiry (`expires_s`, e.g. a retained status that is only true for a while):
+past it, it is deleted unsent, since publishing it would state something no longer true.
 
 Thread-safe: one connection guarded by a lock.
 """
@@ -29,7 +31,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     payload BLOB NOT NULL,
     qos INTEGER NOT NULL,
     retain INTEGER NOT NULL,
-    created_s REAL NOT NULL
+    created_s REAL NOT NULL,
+    expires_s REAL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('dropped', 0);
@@ -46,6 +49,7 @@ class OutboxMessage:
     qos: int
     retain: bool
     created_s: float
+    expires_s: float | None = None  # wall-clock time past which the message is not sent
 
 
 class Outbox:
@@ -75,6 +79,9 @@ class Outbox:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}
+        if "expires_s" not in columns:  # a file written before messages could expire
+            self._db.execute("ALTER TABLE outbox ADD COLUMN expires_s REAL")
 
     @classmethod
     def from_config(cls, config: MqttConfig) -> Self:
@@ -85,14 +92,22 @@ class Outbox:
             max_age_s=float(config.outbox_max_age_s),
         )
 
-    def put(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> int:
-        """Append a message and enforce the bounds; returns its id."""
+    def put(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 1,
+        retain: bool = False,
+        expires_s: float | None = None,
+    ) -> int:
+        """Append a message (deleted unsent past `expires_s`, wall clock) and enforce the
+        bounds; returns its id."""
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             cursor = self._db.execute(
-                "INSERT INTO outbox (topic, payload, qos, retain, created_s)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (topic, payload, qos, int(retain), self._clock()),
+                "INSERT INTO outbox (topic, payload, qos, retain, created_s, expires_s)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (topic, payload, qos, int(retain), self._clock(), expires_s),
             )
             row_id = cursor.lastrowid
             self._enforce_bounds()
@@ -106,7 +121,8 @@ class Outbox:
             self._db.execute("BEGIN IMMEDIATE")
             self._enforce_bounds()
             rows = self._db.execute(
-                "SELECT id, topic, payload, qos, retain, created_s FROM outbox ORDER BY id LIMIT ?",
+                "SELECT id, topic, payload, qos, retain, created_s, expires_s FROM outbox"
+                " ORDER BY id LIMIT ?",
                 (n,),
             ).fetchall()
         return [
@@ -117,6 +133,7 @@ class Outbox:
                 qos=int(r[3]),
                 retain=bool(r[4]),
                 created_s=float(r[5]),
+                expires_s=None if r[6] is None else float(r[6]),
             )
             for r in rows
         ]
@@ -152,7 +169,10 @@ class Outbox:
 
     def _enforce_bounds(self) -> None:
         """Drop expired rows and the oldest beyond `max_rows`; inside a transaction, locked."""
-        cutoff = self._clock() - self.max_age_s
+        now = self._clock()
+        # past their own expiry: by design, not a loss, so not counted in `dropped`
+        self._db.execute("DELETE FROM outbox WHERE expires_s IS NOT NULL AND expires_s < ?", (now,))
+        cutoff = now - self.max_age_s
         dropped = self._db.execute("DELETE FROM outbox WHERE created_s < ?", (cutoff,)).rowcount
         (count,) = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()
         excess = int(count) - self.max_rows

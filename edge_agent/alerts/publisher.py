@@ -9,6 +9,12 @@ back-off; on each connect the agent publishes `online` (retained, QoS 1) to its 
 whose Last Will is `offline`. `close()` drains for a bounded time, publishes `offline` and
 disconnects.
 
+Camera statuses are retained, so a crashed agent's last status would outlive it. Each status is
+therefore published with an MQTT 5 message expiry (`mqtt.status_ttl_s`, default 3x the refresh
+interval) and says when it expires (`expires_at`): while the agent lives it refreshes them; after
+a crash the broker deletes them, and `availability` (the Last Will) says `offline`. The statuses
+of a clean stop (`stopped`) are published without expiry: they stay true.
+
 Delivery is at least once: a message acknowledged by the broker but not yet deleted when the
 process dies is sent again by the next instance on the same outbox file.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -25,6 +32,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
@@ -38,6 +46,7 @@ from edge_agent.alerts.payload import (
     encode_event,
     encode_status,
     event_topic,
+    iso_utc,
     status_topic,
 )
 from edge_agent.alerts.sinks import EventContext
@@ -88,7 +97,12 @@ class AlertPublisher:
         self._closed = False
 
         client_id = config.client_id or f"edge-agent-{agent_id}"
-        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
+        self._mqtt5 = config.protocol == "5"
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=mqtt.MQTTv5 if self._mqtt5 else mqtt.MQTTv311,
+        )
         self.client.will_set(self.availability_topic, AVAILABILITY_OFFLINE, qos=1, retain=True)
         self.client.reconnect_delay_set(min_delay=reconnect_min_s, max_delay=reconnect_max_s)
         self.client.max_inflight_messages_set(max(window, 20) + 2)
@@ -128,10 +142,21 @@ class AlertPublisher:
         encoded = json.dumps(dict(payload), separators=(",", ":")).encode()
         self._enqueue(topic, encoded, self.config.qos, retain=False)
 
-    def publish_status(self, camera: str, status: Mapping[str, object]) -> int:
-        """Queue a retained JSON status of `camera` (QoS 1); returns its outbox id."""
+    def publish_status(
+        self, camera: str, status: Mapping[str, object], *, expires: bool = True
+    ) -> int:
+        """Queue a retained JSON status of `camera` (QoS 1); returns its outbox id.
+
+        With `expires`, the status carries `expires_at` and the broker deletes it then unless a
+        newer one replaced it (MQTT 5); a status not sent by then is not sent at all.
+        """
         topic = status_topic(self.config.topic_prefix, self.agent_id, camera)
-        return self._enqueue(topic, encode_status(status), 1, retain=True)
+        document = dict(status)
+        expires_s = None
+        if expires:
+            expires_s = time.time() + self.config.effective_status_ttl_s
+            document["expires_at"] = iso_utc(expires_s)
+        return self._enqueue(topic, encode_status(document), 1, retain=True, expires_s=expires_s)
 
     def publish_retained(self, topic: str, payload: bytes) -> int:
         """Queue any retained message (QoS 1) through the outbox, e.g. Home Assistant discovery
@@ -189,10 +214,12 @@ class AlertPublisher:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _enqueue(self, topic: str, payload: bytes, qos: int, *, retain: bool) -> int:
+    def _enqueue(
+        self, topic: str, payload: bytes, qos: int, *, retain: bool, expires_s: float | None = None
+    ) -> int:
         if self._closed:
             raise RuntimeError("AlertPublisher is closed")
-        row_id = self.outbox.put(topic, payload, qos, retain)
+        row_id = self.outbox.put(topic, payload, qos, retain, expires_s)
         self._idle.clear()
         self._wake.set()
         return row_id
@@ -275,7 +302,13 @@ class AlertPublisher:
             self._idle.set()
             return
         for row in rows:
-            info = self.client.publish(row.topic, row.payload, qos=row.qos, retain=row.retain)
+            properties = None
+            if row.expires_s is not None and self._mqtt5:
+                properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+                properties.MessageExpiryInterval = max(1, math.ceil(row.expires_s - time.time()))
+            info = self.client.publish(
+                row.topic, row.payload, qos=row.qos, retain=row.retain, properties=properties
+            )
             if info.rc not in _QUEUED:
                 logger.warning("paho refused an alert message: %s", mqtt.error_string(info.rc))
                 break

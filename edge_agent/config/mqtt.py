@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -62,6 +62,20 @@ class MqttConfig(StrictModel):
         le=3_600.0,
         description="Republish each camera's retained status this often (and on every change).",
     )
+    status_ttl_s: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=86_400.0,
+        description=(
+            "How long a camera's retained status outlives its last refresh on the broker (MQTT 5 "
+            "message expiry), so a crashed agent's statuses vanish; none: 3x status_interval_s. "
+            "The `stopped` statuses of a clean stop never expire."
+        ),
+    )
+    protocol: Literal["5", "3.1.1"] = Field(
+        default="5",
+        description="MQTT version; 5 lets statuses expire, 3.1.1 suits brokers without MQTT 5.",
+    )
     outbox_path: Path = Field(
         default=Path("/var/lib/edge-agent/outbox.sqlite3"),
         description="SQLite file that holds events until the broker acknowledges them.",
@@ -72,6 +86,11 @@ class MqttConfig(StrictModel):
     outbox_max_age_s: int = Field(
         default=7 * 86_400, ge=60, le=365 * 86_400, description="Events older than this dropped."
     )
+
+    @property
+    def effective_status_ttl_s(self) -> float:
+        """`status_ttl_s`, or 3x `status_interval_s` when unset."""
+        return self.status_ttl_s if self.status_ttl_s is not None else 3.0 * self.status_interval_s
 
     @model_validator(mode="after")
     def _check_credentials(self) -> Self:

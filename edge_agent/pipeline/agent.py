@@ -177,7 +177,7 @@ class EdgeAgent:
         for worker in self.workers:
             status = self.status[worker.name]
             status.changed(CaptureState.STOPPED.value, "agent stopping")
-            self._publish_status(worker)
+            self._publish_status(worker, final=True)
         self.publisher.close(timeout_s=flush_timeout_s)
         self.detector.close()
 
@@ -351,9 +351,10 @@ class EdgeAgent:
             if status.state == "error" and not any(w.name == name for w in self.workers):
                 self.publisher.publish_status(name, self._document(name, status, 0, 0, 0))
 
-    def _publish_status(self, worker: CameraWorker) -> None:
+    def _publish_status(self, worker: CameraWorker, *, final: bool = False) -> None:
+        """Publish `worker`'s status; a `final` one (clean stop) never expires on the broker."""
         document = self._worker_document(worker)
-        self.publisher.publish_status(worker.name, document)
+        self.publisher.publish_status(worker.name, document, expires=not final)
 
     def _worker_document(self, worker: CameraWorker) -> dict[str, object]:
         stats = worker.source.stats()

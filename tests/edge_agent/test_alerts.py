@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +154,10 @@ def test_availability_is_retained_for_late_subscribers(
     late.wait_for(lambda ms: len(ms) >= 2)
     assert late.on(AVAILABILITY) == [Received(AVAILABILITY, b"online", 1, True)]
     (status,) = late.on(f"{PREFIX}/{AGENT}/status/cam-1")
-    assert status.retain and json.loads(status.payload) == {"fps": 15, "state": "streaming"}
+    body = json.loads(status.payload)
+    expires = datetime.fromisoformat(body.pop("expires_at")).timestamp()
+    assert status.retain and body == {"fps": 15, "state": "streaming"}
+    assert expires - time.time() == pytest.approx(3 * 30.0, abs=5.0)  # 3x status_interval_s
     late.close()
     pub.close()
     later = Subscriber(mosquitto_broker, AVAILABILITY)
@@ -165,20 +171,27 @@ import sys, time
 from edge_agent.alerts import AlertPublisher
 from edge_agent.config.mqtt import MqttConfig
 host, port, outbox = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-config = MqttConfig(host=host, port=port, topic_prefix="va-test", outbox_path=outbox)
+config = MqttConfig(
+    host=host, port=port, topic_prefix="va-test", outbox_path=outbox, status_ttl_s=4
+)
 publisher = AlertPublisher(config, "edge-01")
 publisher.start()
 if not publisher.wait_connected(10):
     sys.exit(2)
+publisher.publish_status("cam-1", {"state": "streaming", "cloud": "connected"})
+if not publisher.flush(10):
+    sys.exit(3)
 sys.stdout.write("ready\\n")
 sys.stdout.flush()
 time.sleep(60)
 """
 
 
-def test_last_will_sets_offline_when_the_process_dies(
+def test_a_dead_agent_reads_offline_and_its_statuses_expire(
     mosquitto_broker: MosquittoBroker, tmp_path: Path
 ) -> None:
+    """kill -9: the Last Will says `offline`, and the retained `streaming` status, published
+    with an MQTT 5 expiry, is gone from the broker once it expires (a user found it stayed)."""
     sub = Subscriber(mosquitto_broker, AVAILABILITY)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     child = subprocess.Popen(
@@ -209,10 +222,19 @@ def test_last_will_sets_offline_when_the_process_dies(
         if child.stdout is not None:
             child.stdout.close()
         sub.close()
-    late = Subscriber(mosquitto_broker, AVAILABILITY)
+    status_topic = f"{PREFIX}/{AGENT}/status/cam-1"
+    before = Subscriber(mosquitto_broker, status_topic)
+    before.wait_for(lambda ms: len(ms) >= 1)  # still there right after the crash
+    before.close()
+    (status,) = before.messages
+    assert json.loads(status.payload)["state"] == "streaming"
+    expires = datetime.fromisoformat(json.loads(status.payload)["expires_at"]).timestamp()
+    time.sleep(max(0.0, expires - time.time() + 1.0))  # past the status's 4 s expiry
+    late = Subscriber(mosquitto_broker, f"{PREFIX}/{AGENT}/#")
     late.wait_for(lambda ms: len(ms) >= 1)
+    time.sleep(0.5)  # any other retained message would have come with it
     late.close()
-    assert late.on(AVAILABILITY) == [Received(AVAILABILITY, b"offline", 1, True)]
+    assert late.messages == [Received(AVAILABILITY, b"offline", 1, True)]
 
 
 def test_broker_outage_loses_nothing_and_keeps_order(
@@ -293,3 +315,27 @@ def test_outbox_bounds_drop_the_oldest_and_count(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_rows"):
         Outbox(path, max_rows=0)
     reopened.close()
+
+
+def test_outbox_deletes_messages_past_their_own_expiry_unsent(tmp_path: Path) -> None:
+    now = [1000.0]
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:  # a file from before messages could expire
+        db.execute(
+            "CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL,"
+            " payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL,"
+            " created_s REAL NOT NULL)"
+        )
+        db.execute("INSERT INTO outbox (topic, payload, qos, retain, created_s) VALUES"
+                   " ('t/old', x'00', 1, 0, 999.0)")  # fmt: skip
+    box = Outbox(path, clock=lambda: now[0])
+    box.put("t/status", b"{}", 1, True, expires_s=1010.0)
+    box.put("t/event", b"{}", 1, False)
+    assert [(r.topic, r.expires_s) for r in box.peek(10)] == [
+        ("t/old", None),
+        ("t/status", 1010.0),
+        ("t/event", None),
+    ]
+    now[0] = 1011.0  # the status is no longer true: it goes unsent, and is no loss
+    assert [r.topic for r in box.peek(10)] == ["t/old", "t/event"] and box.dropped == 0
+    box.close()
