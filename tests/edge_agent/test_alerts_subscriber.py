@@ -148,7 +148,7 @@ def test_prints_one_line_per_event_from_the_publisher(
 def test_json_lines_with_retained_availability_and_status(
     mosquitto_broker: MosquittoBroker, tmp_path: Path, publisher: AlertPublisher
 ) -> None:
-    publisher.publish_status("cam-1", {"state": "streaming", "fps": 15})
+    publisher.publish_status("cam-1", {"state": "streaming", "fps": 15}, expires=False)
     assert publisher.flush(WAIT_S)
     follower = Follower().start(
         _config(mosquitto_broker, tmp_path),
