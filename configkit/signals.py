@@ -22,14 +22,23 @@ def stop_on_signals(
 
     Installs signal handlers, so use it from the main thread. `what` is said in the log line.
     """
+    with set_on_signals(stop, signals, what=what):
+        yield stop
+
+
+@contextmanager
+def set_on_signals(
+    event: threading.Event, signals: Sequence[signal.Signals], *, what: str = ""
+) -> Iterator[threading.Event]:
+    """Set `event` when one of `signals` arrives (e.g. SIGHUP: reload), inside the block."""
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         logger.info("received %s%s", signal.Signals(signum).name, f": {what}" if what else "")
-        stop.set()
+        event.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     try:
-        yield stop
+        yield event
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

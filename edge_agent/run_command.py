@@ -5,25 +5,33 @@ detector and broker client (exit 1 with one line on a bad model file or secret),
 `READY=1` to systemd. The frame loop pings the systemd watchdog from inside the loop, so a hung
 loop stops the pings and systemd restarts the service. On SIGTERM / SIGINT: `STOPPING=1`, the
 cameras close, lasting events end, the outbox flushes (bounded), `offline` is published.
+
+On SIGHUP (`systemctl reload edge-agent`) the config file is read again and its camera changes
+are applied without a restart (`pipeline.reload`): `RELOADING=1`, then `READY=1` with the outcome
+as the status line. A new config that does not validate, or that changes more than cameras, is
+refused with its reasons in the log, and the running one stays.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from configkit.secrets import SecretError
-from configkit.signals import stop_on_signals
+from configkit.signals import set_on_signals, stop_on_signals
 from configkit.yaml_loader import ConfigError, load_config
 from detection.errors import DetectionError
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.metrics import EdgeMetrics, start_edge_metrics_exporter
 from edge_agent.pipeline import EdgeAgent
+from edge_agent.pipeline.reload import ReloadPlan, ReloadRefused
 from edge_agent.service import SystemdNotifier
 
 logger = logging.getLogger(__name__)
@@ -46,6 +54,51 @@ def status_line(agent: EdgeAgent) -> str:
         f"cameras: {cameras}; {fps:.1f} frames/s analysed; {broker}, "
         f"outbox {agent.publisher.outbox.depth()}; cloud {agent.cloud_state}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadOutcome:
+    """What a reload request came to: the plan applied, or why nothing was."""
+
+    plan: ReloadPlan | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the new config was applied."""
+        return self.error is None
+
+    def message(self) -> str:
+        """One line (the refusal may span lines: a config error lists each bad YAML line)."""
+        if self.plan is not None:
+            return f"reloaded: {self.plan.summary()}"
+        return f"reload refused, the running config stays: {self.error}"
+
+
+def reload_from_file(
+    agent: EdgeAgent, config_path: str | Path, *, in_loop: bool, timeout_s: float = 30.0
+) -> ReloadOutcome:
+    """Read `config_path` again and apply its camera changes to `agent`.
+
+    `in_loop`: called from the frame loop's thread (applied at once), else from another thread
+    (handed to the loop and waited for, up to `timeout_s`).
+    """
+    try:
+        config = load_config(config_path, EdgeAgentConfig)
+    except OSError as exc:
+        return ReloadOutcome(None, f"cannot read {config_path}: {exc}")
+    except ConfigError as exc:
+        return ReloadOutcome(None, str(exc))
+    try:
+        if in_loop:
+            plan = agent.reload(config)
+        else:
+            plan = agent.request_reload(config).result(timeout_s)
+    except ReloadRefused as exc:
+        return ReloadOutcome(None, str(exc))
+    except TimeoutError:
+        return ReloadOutcome(None, f"the frame loop did not take the reload within {timeout_s} s")
+    return ReloadOutcome(plan, None)
 
 
 def run_agent(
@@ -81,7 +134,14 @@ def run_agent(
         return EXIT_FAILED
     try:
         return _run(
-            config, env, metrics, stop or threading.Event(), max_runtime_s, flush_timeout_s, say
+            config,
+            Path(config_path),
+            env,
+            metrics,
+            stop or threading.Event(),
+            max_runtime_s,
+            flush_timeout_s,
+            say,
         )
     finally:
         if exporter is not None:
@@ -90,6 +150,7 @@ def run_agent(
 
 def _run(
     config: EdgeAgentConfig,
+    config_path: Path,
     environ: Mapping[str, str],
     metrics: EdgeMetrics,
     stop: threading.Event,
@@ -108,10 +169,23 @@ def _run(
     notifier = SystemdNotifier(environ)
     deadline = None if max_runtime_s is None else time.monotonic() + max_runtime_s
     next_status = 0.0
+    reload_requested = threading.Event()
+
+    def reload() -> None:
+        reload_requested.clear()
+        notifier.reloading()
+        outcome = reload_from_file(agent, config_path, in_loop=True)
+        if outcome.ok:
+            logger.info("%s", outcome.message())
+        else:
+            logger.error("%s", outcome.message())
+        notifier.ready(f"{outcome.message().splitlines()[0]}; {status_line(agent)}")
 
     def on_idle() -> None:
         nonlocal next_status
         notifier.watchdog()
+        if reload_requested.is_set():
+            reload()
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             stop.set()
@@ -119,7 +193,10 @@ def _run(
             next_status = now + _STATUS_EVERY_S
             notifier.status(status_line(agent))
 
-    with stop_on_signals(stop, what="stopping the agent"):
+    with (
+        stop_on_signals(stop, what="stopping the agent"),
+        set_on_signals(reload_requested, (signal.SIGHUP,), what="reloading the config"),
+    ):
         agent.start()
         notifier.ready(f"{len(agent.workers)} camera(s) started")
         logger.info("edge agent %s running %d camera(s)", config.agent.id, len(agent.workers))

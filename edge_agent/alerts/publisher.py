@@ -158,6 +158,12 @@ class AlertPublisher:
             document["expires_at"] = iso_utc(expires_s)
         return self._enqueue(topic, encode_status(document), 1, retain=True, expires_s=expires_s)
 
+    def clear_status(self, camera: str) -> int:
+        """Delete `camera`'s retained status from the broker (a camera removed by a reload)."""
+        return self.publish_retained(
+            status_topic(self.config.topic_prefix, self.agent_id, camera), b""
+        )
+
     def publish_retained(self, topic: str, payload: bytes) -> int:
         """Queue any retained message (QoS 1) through the outbox, e.g. Home Assistant discovery
         configs or zone states; an empty `payload` clears the topic. Returns its outbox id."""

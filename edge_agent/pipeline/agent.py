@@ -9,11 +9,13 @@ of one camera (stream, secret, bad frame) is logged and counted; the others go o
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from configkit.secrets import SecretError
@@ -33,6 +35,7 @@ from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
 from edge_agent.pipeline.escalation import EscalationStage
 from edge_agent.pipeline.focus import detect_crops
+from edge_agent.pipeline.reload import ReloadPlan, plan_reload
 from edge_agent.pipeline.status import CameraStatus
 from edge_agent.pipeline.telemetry import AgentTelemetry
 from edge_agent.rules import RuleEvent
@@ -49,9 +52,14 @@ OutcomeHook = Callable[[FrameOutcome], None]
 @dataclass(frozen=True, slots=True)
 class _StateChange:
     camera: str
+    generation: int  # which build of the camera (a reload restarts a changed camera)
     state: CaptureState
     reason: str
     at_s: float
+
+
+ReloadListener = Callable[[EdgeAgentConfig, ReloadPlan], None]
+"""Called in the frame loop after a reload applied `plan`, with the new config."""
 
 
 class EdgeAgent:
@@ -95,9 +103,16 @@ class EdgeAgent:
         self._next_status_s = 0.0
         self._next_metrics_s = 0.0
         self._last_cloud_state = "off" if escalation is None else "unreachable"
+        self._environ = environ
+        self._started = False
+        self._generations: dict[str, int] = {}
+        self._reloads: queue.SimpleQueue[tuple[EdgeAgentConfig, Future[ReloadPlan]]] = (
+            queue.SimpleQueue()
+        )
+        self.reload_listeners: list[ReloadListener] = []
         for camera in config.cameras:
             if camera.enabled:
-                self._add_camera(camera, environ)
+                self._add_camera(camera)
 
     @classmethod
     def from_config(
@@ -152,6 +167,7 @@ class EdgeAgent:
             self.escalation.start()
         for worker in self.workers:
             worker.source.start()
+        self._started = True
 
     def run(self, stop: threading.Event, on_idle: Callable[[], None] | None = None) -> None:
         """Run the frame loop until `stop` is set; `on_idle` is called at least every 0.5 s."""
@@ -186,6 +202,7 @@ class EdgeAgent:
     def step(self, timeout_s: float = 0.05) -> int:
         """Analyse at most one new frame per camera; wait up to `timeout_s` when none is ready."""
         self._wake.clear()
+        self._apply_requested_reloads()
         self._drain_state_changes()
         self._publish_statuses_if_due()
         self._refresh_metrics_if_due()
@@ -223,6 +240,63 @@ class EdgeAgent:
             for hook in self.hooks:
                 hook(outcome)
         return len(batch)
+
+    # ---- reload ----------------------------------------------------------------------------
+
+    def request_reload(self, config: EdgeAgentConfig) -> Future[ReloadPlan]:
+        """Ask the frame loop to apply `config` (from any thread); the future gives the plan
+        applied, or raises `ReloadRefused` (nothing changed)."""
+        future: Future[ReloadPlan] = Future()
+        self._reloads.put((config, future))
+        self._wake.set()
+        return future
+
+    def reload(self, config: EdgeAgentConfig) -> ReloadPlan:
+        """Apply `config`'s camera changes now; call in the frame loop's thread (see
+        `pipeline.reload`). Raises `ReloadRefused` when a section other than cameras changed."""
+        plan = plan_reload(self.config, config)
+        cameras = {camera.name: camera for camera in config.cameras}
+        for name in (*plan.removed, *plan.changed):
+            self._remove_camera(name, clear_status=name in plan.removed)
+        self.config = config
+        for name in (*plan.changed, *plan.added):
+            worker = self._add_camera(cameras[name])
+            if worker is not None and self._started:
+                worker.source.start()
+        self._drain_state_changes()
+        for listener in self.reload_listeners:
+            listener(config, plan)
+        logger.info("config reloaded: %s", plan.summary())
+        return plan
+
+    def _apply_requested_reloads(self) -> None:
+        while True:
+            try:
+                config, future = self._reloads.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self.reload(config))
+            except Exception as exc:  # refused or failed: the caller is told; the loop goes on
+                future.set_exception(exc)
+
+    def _remove_camera(self, name: str, *, clear_status: bool) -> None:
+        """Stop camera `name` without waiting on the loop: its lasting events end now, its
+        capture threads are joined in the background."""
+        self._generations[name] = self._generations.get(name, 0) + 1  # ignore its late changes
+        worker = self._worker(name)
+        if worker is not None:
+            self.workers.remove(worker)
+            worker.source.slot.close()
+            threading.Thread(
+                target=worker.source.stop, name=f"camera-stop:{name}", daemon=True
+            ).start()
+            self._publish_events(worker, worker.finish())
+        self.status.pop(name, None)
+        if clear_status:
+            self.publisher.clear_status(name)
 
     # ---- escalation and fusion ---------------------------------------------------------------
 
@@ -265,16 +339,19 @@ class EdgeAgent:
 
     # ---- internals ---------------------------------------------------------------------------
 
-    def _add_camera(self, camera: CameraConfig, environ: Mapping[str, str] | None) -> None:
+    def _add_camera(self, camera: CameraConfig) -> CameraWorker | None:
+        """Build camera `camera` (not started); None if it cannot run (its status says why)."""
         status = CameraStatus(camera.name)
         self.status[camera.name] = status
+        generation = self._generations.get(camera.name, 0) + 1
+        self._generations[camera.name] = generation
         try:
-            url = camera_url(camera, environ)
+            url = camera_url(camera, self._environ)
         except SecretError as exc:
             status.changed("error", f"cannot read the camera password: {exc}")
             status.last_error = status.reason
             logger.error("camera %s: %s; it stays off", camera.name, status.reason)
-            return
+            return None
         source = CameraSource(
             camera.name,
             url,
@@ -282,7 +359,7 @@ class EdgeAgent:
             slot=LatestFrameSlot(notify=self._wake),
             loop_file=camera.loop_file,
             every_frame=camera.file_replay == "every_frame",
-            on_state_change=self._on_state_change,
+            on_state_change=functools.partial(self._on_state_change, generation),
         )
         detector_threshold = self.config.detector.confidence_threshold
         tracker = CameraTracker.from_config(self.config.tracker, detector_threshold, self._embedder)
@@ -298,23 +375,23 @@ class EdgeAgent:
                     unknown,
                 )
         escalation = self.config.escalation
-        self.workers.append(
-            CameraWorker(
-                camera,
-                source,
-                tracker,
-                names,
-                fusion=FusionSettings.from_config(escalation.fusion, camera.target_fps),
-                escalator=self.escalation,
-                focus=escalation.focus if self.escalation is not None else None,
-            )
+        worker = CameraWorker(
+            camera,
+            source,
+            tracker,
+            names,
+            fusion=FusionSettings.from_config(escalation.fusion, camera.target_fps),
+            escalator=self.escalation,
+            focus=escalation.focus if self.escalation is not None else None,
         )
+        self.workers.append(worker)
+        return worker
 
     def _on_state_change(
-        self, camera: str, _old: CaptureState, new: CaptureState, reason: str
+        self, generation: int, camera: str, _old: CaptureState, new: CaptureState, reason: str
     ) -> None:
         # Called from capture threads: hand over to the frame loop, which owns the publisher.
-        self._changes.put(_StateChange(camera, new, reason, time.time()))
+        self._changes.put(_StateChange(camera, generation, new, reason, time.time()))
         self._wake.set()
 
     def _drain_state_changes(self) -> None:
@@ -323,7 +400,9 @@ class EdgeAgent:
                 change = self._changes.get_nowait()
             except queue.Empty:
                 return
-            status = self.status[change.camera]
+            status = self.status.get(change.camera)
+            if status is None or self._generations.get(change.camera) != change.generation:
+                continue  # from a camera build that a reload has since removed
             status.changed(change.state.value, change.reason, change.at_s)
             worker = self._worker(change.camera)
             if worker is None:
