@@ -19,19 +19,29 @@ Schema `edge-alert/v1` (one JSON object, UTF-8, keys in this order):
   UTC with milliseconds. `retract` withdraws an earlier instantaneous `start` (same `event_id` and
   `timestamp`) after a cloud answer corrected the object's class to one the rule ignores (`class`
   is then the corrected class), or found no object where the track was (`class` unchanged).
-* `track_id` and `class` are `null` for events about a zone rather than one object (occupancy).
+* `track_id` and `class` are `null` for events about a place rather than one object (occupancy,
+  line counts).
 * `label` is the name of `class` from the detector's class names (the config's, else the model's
   own), `null` where `class` is `null` or the classes have no names. It follows `class`: a
   `retract` after a class correction carries the corrected class's name.
 * `box` is `[x1, y1, x2, y2]` in pixels of the frame, rounded to 0.1 px, or `null`;
   `frame_size` is that frame's `[width, height]` in pixels (also for occupancy, whose `box` is
   `null`), or `null` where unknown.
+* `counts`, `interval_s` and `interval_start` (optional, after `count`) are on `count_line`
+  events only, absent on the others. Such a rule sends one `update` per interval of frame time
+  (no `start` or `end`): `counts` holds the crossings of `line` per direction over the interval,
+  e.g. `{"in": 3, "out": 1}`; the interval is `interval_s` seconds long and starts at
+  `interval_start` (ISO 8601 like `timestamp`), a multiple of `interval_s` (a clock minute for
+  60 s); a stream's first and last intervals are observed only in part. `timestamp` is the
+  frame that closed the interval (the first at or after its end), or the end of the stream.
+  `event_id` is stable per rule and interval start; `track_id`, `class`, `label`, `box`,
+  `direction` and `count` are `null`.
 * `media` (optional, last) names the pictures recorded for the event, e.g.
   `{"snapshot": {"path": "...", "url": "..."}, "crop": {...}, "clip": {...}}`; absent when no
   recorder is configured. A reference is known when the alert is sent; the file appears shortly
   after (written off the frame loop, atomically).
-* `label`, `frame_size` and `media` were added within v1: consumers of v1 ignore keys they do not
-  know, and no earlier key changed meaning.
+* `label`, `frame_size`, `media` and the `count_line` kind with its keys were added within v1:
+  consumers of v1 ignore keys (and kinds) they do not know, and no earlier key changed meaning.
 
 Topics (`prefix` from `mqtt.topic_prefix`):
 
@@ -49,7 +59,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final
 
-from edge_agent.rules.engine import NO_TRACK, RuleEvent
+from edge_agent.rules.events import NO_TRACK, RuleEvent
 
 __all__ = [
     "AVAILABILITY_OFFLINE",
@@ -114,7 +124,8 @@ class EventIds:
 
     `loiter` and `zone_occupancy` events send `start`, maybe `update`, then `end`; they share the
     id of their `start`. Instantaneous events only send `start`. An `update`/`end` whose `start`
-    was not seen (e.g. after a restart) gets an id from its own timestamp.
+    was not seen (e.g. after a restart) gets an id from its own timestamp. A `count_line` update
+    takes its id from its interval's start.
     """
 
     def __init__(self, agent: str) -> None:
@@ -131,7 +142,9 @@ class EventIds:
         place = event.zone if event.zone is not None else event.line
         key = (event.camera, event.rule, event.track_id, place)
         start_s = event.timestamp_s
-        if event.phase == "start":
+        if event.line_counts is not None:
+            start_s = event.line_counts.start_s
+        elif event.phase == "start":
             if event.kind in _LASTING_KINDS:
                 self._started[key] = start_s
         elif event.phase == "retract":
@@ -147,7 +160,7 @@ def event_payload(event: RuleEvent, agent: str, event_id: str) -> dict[str, obje
     """The `edge-alert/v1` JSON object of `event` (see the module docstring)."""
     no_track = event.track_id == NO_TRACK
     no_class = no_track or event.class_id == NO_TRACK
-    return {
+    payload: dict[str, object] = {
         "schema": SCHEMA,
         "event_id": event_id,
         "phase": event.phase,
@@ -166,6 +179,11 @@ def event_payload(event: RuleEvent, agent: str, event_id: str) -> dict[str, obje
         "line": event.line,
         "count": event.count,
     }
+    if event.line_counts is not None:
+        payload["counts"] = event.line_counts.by_direction()
+        payload["interval_s"] = event.line_counts.interval_s
+        payload["interval_start"] = iso_utc(event.line_counts.start_s)
+    return payload
 
 
 def encode_event(event: RuleEvent, agent: str, event_id: str) -> bytes:

@@ -90,7 +90,7 @@ DEDUP_MEMORY = 10_000
 """Events `--dedup` remembers. A repeat comes within a few hundred messages of the first delivery
 (the in-flight windows of publisher, bridge and broker): a wide margin, at a few MB."""
 _NAME = re.compile(NAME_PATTERN)
-_EVENT_DETAILS = ("direction", "zone", "line", "count")
+_EVENT_DETAILS = ("direction", "zone", "line", "count", "counts")
 
 
 def alert_topic_filters(

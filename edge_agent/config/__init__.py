@@ -8,6 +8,7 @@ from edge_agent.config.motion import MotionConfig
 from edge_agent.config.mqtt import MqttConfig, MqttTlsConfig
 from edge_agent.config.root import EdgeAgentConfig
 from edge_agent.config.rules import (
+    CountLineRule,
     LineCrossRule,
     LoiterRule,
     RuleConfig,
@@ -24,6 +25,7 @@ __all__ = [
     "EdgeAgentConfig",
     "EscalationConfig",
     "LineConfig",
+    "CountLineRule",
     "LineCrossRule",
     "LoiterRule",
     "MotionConfig",

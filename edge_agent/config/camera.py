@@ -13,7 +13,7 @@ from configkit.yaml_loader import LocatedMessage, config_error_at, field_of, val
 from edge_agent.config.agent import NAME_PATTERN
 from edge_agent.config.geometry import LineConfig, ZoneConfig
 from edge_agent.config.motion import MotionConfig
-from edge_agent.config.rules import RuleConfig
+from edge_agent.config.rules import RULE_PLACES, RuleConfig
 
 _STREAM_SCHEMES = ("rtsp", "rtsps")
 # the `kind` of every rule model in the `RuleConfig` union (Annotated[A | B | ..., Field])
@@ -173,7 +173,7 @@ def camera_reference_issues(camera: object) -> list[LocatedMessage]:
         kind = field_of(rule, "kind")
         if kind not in _RULE_KINDS:
             continue  # an unknown kind is a field error
-        what = "line" if kind == "line_cross" else "zone"
+        what = RULE_PLACES[str(kind)]
         ref = field_of(rule, what)
         places = field_of(camera, f"{what}s")
         if not isinstance(ref, str) or not isinstance(places, list | tuple | None):

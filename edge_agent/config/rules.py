@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Final, Literal, get_args
 
 from pydantic import Field
 
@@ -76,8 +78,35 @@ class LoiterRule(RuleBase):
     dwell_s: float = Field(gt=0.0, le=86_400.0, description="Time inside the zone before firing.")
 
 
+class CountLineRule(RuleBase):
+    """Count the objects crossing a line, per direction, over fixed intervals of frame time.
+
+    Crossings are those of `line_cross` (both directions), filtered by `classes` and
+    `min_confidence`; `cooldown_s` holds back counting the same object again. Each interval
+    `[k * interval_s, (k + 1) * interval_s)` in which a frame was seen sends one `update` event
+    with its totals, on the first frame after it (or when the stream ends).
+    """
+
+    kind: Literal["count_line"] = "count_line"
+    line: str = Field(description="Name of a line on this camera.")
+    interval_s: float = Field(
+        default=60.0,
+        gt=0.0,
+        le=86_400.0,
+        description="Length of a counting interval (frame time); one event per interval.",
+    )
+
+
 RuleConfig = Annotated[
-    ZoneEnterRule | ZoneExitRule | ZoneOccupancyRule | LineCrossRule | LoiterRule,
+    ZoneEnterRule | ZoneExitRule | ZoneOccupancyRule | LineCrossRule | LoiterRule | CountLineRule,
     Field(discriminator="kind"),
 ]
 """Any rule, told apart by its `kind`."""
+
+RULE_PLACES: Final[Mapping[str, Literal["zone", "line"]]] = MappingProxyType(
+    {
+        model.model_fields["kind"].default: "line" if "line" in model.model_fields else "zone"
+        for model in get_args(get_args(RuleConfig)[0])
+    }
+)
+"""The field (`zone` or `line`) naming the place each rule `kind` watches."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from configkit import ConfigError, SecretRef, load_config, parse_config
 from edge_agent.config import EdgeAgentConfig, LineCrossRule, LoiterRule, ZoneOccupancyRule
 from edge_agent.config.escalation import EscalationConfig
+from edge_agent.config.rules import CountLineRule
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -71,6 +73,29 @@ def test_base_is_valid() -> None:
 def _with(extra: str, replace: tuple[str, str] | None = None) -> str:
     text = BASE if replace is None else BASE.replace(*replace)
     return text + extra
+
+
+_ENTER_DOOR = "kind: zone_enter\n        zone: door"
+
+
+def test_count_line_rule_counts_every_minute_by_default() -> None:
+    text = _with("", (_ENTER_DOOR, "kind: count_line\n        line: gate"))
+    (rule,) = parse_config(text, EdgeAgentConfig).cameras[0].rules
+    assert isinstance(rule, CountLineRule)
+    assert (rule.kind, rule.line, rule.interval_s) == ("count_line", "gate", 60.0)
+
+
+def test_full_example_shows_a_count_line_rule_that_validates_uncommented() -> None:
+    text = (CONFIGS / "edge-agent.example.yaml").read_text()
+    uncommented, count = re.subn(
+        r"^(\s*)# ((?:- name: vehicle-count|  (?:kind|line|classes|interval_s):).*)$",
+        r"\1\2",
+        text,
+        flags=re.M,
+    )
+    assert count == 5
+    rules = parse_config(uncommented, EdgeAgentConfig).cameras[1].rules
+    assert [(rule.name, rule.kind) for rule in rules][-1] == ("vehicle-count", "count_line")
 
 
 CASES = [
@@ -179,8 +204,19 @@ CASES = [
         _with("", ("kind: zone_enter", "kind: zone_teleport")),
         "t.yaml:13: cameras[0].rules[0]: Input tag 'zone_teleport' found using 'kind' does not "
         "match any of the expected tags: 'zone_enter', 'zone_exit', 'zone_occupancy', "
-        "'line_cross', 'loiter'",
+        "'line_cross', 'loiter', 'count_line'",
         id="unknown-rule-kind",
+    ),
+    pytest.param(
+        _with("", (_ENTER_DOOR, "kind: count_line\n        line: gate\n        interval_s: 0")),
+        "t.yaml:16: cameras[0].rules[0].interval_s: Input should be greater than 0 (got 0)",
+        id="count-line-empty-interval",
+    ),
+    pytest.param(
+        _with("", (_ENTER_DOOR, "kind: count_line\n        line: nowhere")),
+        "t.yaml:15: cameras[0].rules[0].line: rule 'r1' refers to line 'nowhere', which is not "
+        "defined on camera 'cam1' (lines defined: gate)",
+        id="count-line-dangling-line",
     ),
     pytest.param(
         _with("tracker:\n  low_score_threshold: 0.3\n"),

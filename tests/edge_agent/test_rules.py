@@ -1,19 +1,24 @@
-"""Rules engine: geometry helpers, each rule kind, filters, cooldown, and the events preset."""
+"""Rules engine: geometry, each rule kind and its registry, filters, cooldown, line and zone
+counts, and the events preset."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
 
 from detection.detections import Detections
-from edge_agent.alerts.payload import EventIds
+from edge_agent.alerts.payload import EventIds, event_id, event_payload
 from edge_agent.config import CameraConfig
+from edge_agent.config.rules import RULE_PLACES, RuleConfig
 from edge_agent.rules import (
+    EVALUATORS,
+    NO_TRACK,
+    LineCounts,
     RuleEngine,
     RuleEvent,
     bottom_centres,
@@ -494,3 +499,151 @@ def test_withdraw_before_any_frame_or_after_the_window_raises_nothing() -> None:
     )
     _run(engine, [[(1, 50.0, 50.0)], [(1, 150.0, 150.0)], [(1, 150.0, 150.0)]])
     assert engine.withdraw([1]) == []  # the enter is older than the retraction window
+
+
+# ---------------------------------------------------------------- registry, line and zone counts
+
+RULE_SAMPLES: dict[str, dict[str, Any]] = {
+    "zone_enter": {"zone": "zone-a"},
+    "zone_exit": {"zone": "zone-a"},
+    "zone_occupancy": {"zone": "zone-a", "min_objects": 1},
+    "line_cross": {"line": "line-a"},
+    "loiter": {"zone": "zone-a", "dwell_s": 1.0},
+    "count_line": {"line": "line-a"},
+}
+
+
+def test_the_registry_has_an_evaluator_for_every_rule_kind() -> None:
+    kinds = {model.model_fields["kind"].default for model in get_args(get_args(RuleConfig)[0])}
+    assert set(EVALUATORS) == set(RULE_SAMPLES) == set(RULE_PLACES) == kinds
+
+
+@pytest.mark.parametrize("kind", sorted(RULE_SAMPLES))
+def test_every_kind_is_built_from_its_config_and_checks_its_place(kind: str) -> None:
+    camera = _camera([{"name": "r", "kind": kind, **RULE_SAMPLES[kind]}])
+    RuleEngine(camera, frame_size=(640, 480), class_names=CLASSES)
+    place = RULE_PLACES[kind]
+    without_places = camera.model_copy(update={f"{place}s": []})
+    with pytest.raises(ValueError, match=f"rule 'r' refers to unknown {place} '{place}-a'"):
+        RuleEngine(without_places, frame_size=(640, 480), class_names=CLASSES)
+
+
+def _stepping(
+    n_frames: int, paths: dict[tuple[int, int], list[tuple[int, float]]]
+) -> list[list[Obj]]:
+    """Frames of tracks walking along y=100: `(track, class): [(from frame, x), ...]`."""
+    return [
+        [
+            (track, [x for start, x in steps if start <= i][-1], 100.0, class_id, 0.9)
+            for (track, class_id), steps in paths.items()
+        ]
+        for i in range(n_frames)
+    ]
+
+
+def _counts(events: list[RuleEvent]) -> list[tuple[Any, ...]]:
+    return [(e.phase, round(e.timestamp_s, 3), e.line_counts) for e in events]
+
+
+def test_count_line_totals_each_direction_per_interval_for_the_wanted_classes() -> None:
+    engine = _engine(
+        [{"name": "count", "kind": "count_line", "line": "line-a", "classes": ["person"],
+          "interval_s": 1.0}]
+    )  # fmt: skip
+    frames = _stepping(
+        21,  # 0.0 .. 2.0 s: the frame at 2.0 s closes the second interval
+        {
+            (1, 0): [(0, 250), (1, 350), (15, 250)],  # in at 0.1 s, out at 1.5 s
+            (2, 0): [(0, 350), (2, 250)],  # out at 0.2 s
+            (3, 1): [(0, 250), (1, 350), (12, 250)],  # a car: not counted
+            (4, 0): [(0, 250), (12, 350)],  # in at 1.2 s
+            (5, 0): [(0, 250), (16, 350)],  # in at 1.6 s
+        },
+    )
+    events = _run(engine, frames)
+    assert _counts(events) == [
+        ("update", 1.0, LineCounts(start_s=0.0, interval_s=1.0, in_count=1, out_count=1)),
+        ("update", 2.0, LineCounts(start_s=1.0, interval_s=1.0, in_count=2, out_count=1)),
+    ]
+    assert all(
+        (e.kind, e.rule, e.line, e.zone, e.track_id, e.box, e.label, e.count, e.frame_size)
+        == ("count_line", "count", "line-a", None, NO_TRACK, None, None, None, (640, 480))
+        for e in events
+    )
+    assert _counts(engine.finish(2.0)) == [("update", 2.0, LineCounts(2.0, 1.0, 0, 0))]
+
+
+def test_count_line_payload_and_event_id_per_interval() -> None:
+    engine = _engine([{"name": "count", "kind": "count_line", "line": "line-a", "interval_s": 60}])
+    events = _run(engine, _stepping(3, {(1, 0): [(0, 250), (1, 350)]}))
+    (first,) = engine.update(Detections.empty(), 60.0)
+    (second,) = engine.finish(61.0)
+    assert events == []
+    ids = EventIds("a")
+    first_id, second_id = ids.id_for(first), ids.id_for(second)
+    assert first_id == event_id("a", "cam-1", "count", NO_TRACK, 0.0, "line-a") != second_id
+    assert second_id == event_id("a", "cam-1", "count", NO_TRACK, 60.0, "line-a")
+    assert EventIds("a").id_for(first) == first_id  # a resend keeps its id
+    body = event_payload(first, "a", first_id)
+    assert {k: body[k] for k in ("phase", "kind", "line", "track_id", "count", "timestamp")} == {
+        "phase": "update", "kind": "count_line", "line": "line-a", "track_id": None,
+        "count": None, "timestamp": "1970-01-01T00:01:00.000Z",
+    }  # fmt: skip
+    assert list(body)[-3:] == ["counts", "interval_s", "interval_start"]
+    assert (body["counts"], body["interval_s"], body["interval_start"]) == (
+        {"in": 1, "out": 0},
+        60.0,
+        "1970-01-01T00:00:00.000Z",
+    )
+    enter = RuleEvent("r", "zone_enter", "cam", 1, 0, 0.0, (0.0, 0.0, 1.0, 1.0))
+    assert not {"counts", "interval_s", "interval_start"} & set(event_payload(enter, "a", "id"))
+
+
+def test_count_line_sends_the_partial_interval_when_the_stream_ends() -> None:
+    engine = _engine([{"name": "count", "kind": "count_line", "line": "line-a"}])  # 60 s
+    assert engine.finish(0.0) == []  # no frame: no interval
+    _run(engine, _stepping(5, {(1, 0): [(0, 350), (2, 250)], (2, 2): [(0, 250), (3, 350)]}))
+    assert _counts(engine.finish(0.45)) == [("update", 0.45, LineCounts(0.0, 60.0, 1, 1))]
+    assert engine.finish(0.5) == []  # sent once
+
+
+def test_count_line_reports_the_intervals_it_saw_frames_of_zeros_included() -> None:
+    engine = _engine([{"name": "count", "kind": "count_line", "line": "line-a", "interval_s": 1}])
+    events = []
+    for t in (0.1, 1.1, 3.5):  # nothing crosses; no frame in [2, 3)
+        events += engine.update(_dets([(1, 250, 100)]), t)
+    assert _counts(events) == [
+        ("update", 1.1, LineCounts(0.0, 1.0, 0, 0)),
+        ("update", 3.5, LineCounts(1.0, 1.0, 0, 0)),
+    ]
+
+
+def test_count_line_cooldown_holds_back_counting_the_same_track_again() -> None:
+    engine = _engine(
+        [{"name": "count", "kind": "count_line", "line": "line-a", "cooldown_s": 0.25}]
+    )
+    _run(engine, [[(1, x, 100), (2, x, 120)] for x in (250, 350, 250, 350, 350, 250)])
+    # each track crosses at 0.1 s (in), 0.2 (out), 0.3 (in), 0.5 (out): 0.2 and 0.3 are within
+    # 0.25 s of the last one counted
+    (event,) = engine.finish(0.5)
+    assert event.line_counts == LineCounts(0.0, 60.0, in_count=2, out_count=2)
+
+
+def test_zone_counts_follow_tracks_in_and_out_of_each_zone() -> None:
+    engine = _engine([], track_timeout_s=0.25)
+    assert engine.zone_counts() == {"zone-a": 0}
+    inside, outside = 150.0, 50.0
+    counts = []
+    frames: list[list[Obj]] = [
+        [(1, inside, 150), (2, outside, 150), (3, inside, 160, 1, 0.9)],  # any class counts
+        [(1, inside, 150), (2, inside, 150), (3, inside, 160, 1, 0.9)],  # 2 enters
+        [(1, outside, 150), (2, inside, 150)],  # 1 leaves; 3 unseen, still remembered
+        [(2, inside, 150)],
+        [(2, inside, 150)],  # 3 forgotten after 0.25 s
+    ]
+    for i, objects in enumerate(frames):
+        engine.update(_dets(objects), i * 0.1)
+        counts.append(engine.zone_counts()["zone-a"])
+    assert counts == [2, 3, 2, 2, 1]
+    engine.withdraw([2])
+    assert engine.zone_counts() == {"zone-a": 0}
