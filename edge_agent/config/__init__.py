@@ -4,6 +4,7 @@ from edge_agent.config.agent import AgentConfig
 from edge_agent.config.camera import CameraConfig, CaptureConfig
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.config.geometry import LineConfig, ZoneConfig
+from edge_agent.config.homeassistant import HomeAssistantConfig
 from edge_agent.config.motion import MotionConfig
 from edge_agent.config.mqtt import MqttConfig, MqttTlsConfig
 from edge_agent.config.root import EdgeAgentConfig
@@ -24,6 +25,7 @@ __all__ = [
     "CaptureConfig",
     "EdgeAgentConfig",
     "EscalationConfig",
+    "HomeAssistantConfig",
     "LineConfig",
     "CountLineRule",
     "LineCrossRule",

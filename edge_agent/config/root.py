@@ -13,6 +13,7 @@ from detection.config import DetectorConfig
 from edge_agent.config.agent import AgentConfig
 from edge_agent.config.camera import CameraConfig
 from edge_agent.config.escalation import EscalationConfig
+from edge_agent.config.homeassistant import HomeAssistantConfig
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.config.tracker import TrackerConfig
 
@@ -35,6 +36,10 @@ class EdgeAgentConfig(StrictModel):
     metrics: MetricsConfig = Field(
         default_factory=lambda: MetricsConfig(listen_port=9108),
         description="Prometheus metrics endpoint.",
+    )
+    homeassistant: HomeAssistantConfig = Field(
+        default_factory=HomeAssistantConfig,
+        description="Home Assistant MQTT discovery: cameras, zones and rules as HA entities.",
     )
 
     @model_validator(mode="wrap")

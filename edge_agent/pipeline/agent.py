@@ -33,6 +33,7 @@ from edge_agent.escalation import EscalationClient, EscalationResult
 from edge_agent.escalation.encode import detections_from_result
 from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
+from edge_agent.pipeline.discovery import HomeAssistantLink
 from edge_agent.pipeline.escalation import EscalationStage
 from edge_agent.pipeline.focus import detect_crops
 from edge_agent.pipeline.reload import ReloadPlan, plan_reload
@@ -110,6 +111,11 @@ class EdgeAgent:
             queue.SimpleQueue()
         )
         self.reload_listeners: list[ReloadListener] = []
+        self.homeassistant = (
+            HomeAssistantLink(publisher, config) if config.homeassistant.enabled else None
+        )
+        if self.homeassistant is not None:
+            self.reload_listeners.append(self.homeassistant.reload)
         for camera in config.cameras:
             if camera.enabled:
                 self._add_camera(camera)
@@ -163,6 +169,8 @@ class EdgeAgent:
     def start(self) -> None:
         """Connect to the broker (in the background) and open every camera."""
         self.publisher.start()
+        if self.homeassistant is not None:
+            self.homeassistant.announce()
         if self.escalation is not None:
             self.escalation.start()
         for worker in self.workers:
@@ -231,6 +239,8 @@ class EdgeAgent:
                 logger.exception("camera %s: frame %d failed", worker.name, frame.index)
                 continue
             self.status[worker.name].analysed(frame.monotonic_s)
+            if self.homeassistant is not None and worker.rules is not None:
+                self.homeassistant.zones_seen(worker.name, worker.rules.zone_counts())
             self._publish_events(worker, outcome.events, outcome)
             if self.telemetry is not None:
                 self.telemetry.on_outcome(outcome)

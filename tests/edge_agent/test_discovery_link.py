@@ -1,0 +1,72 @@
+"""Home Assistant discovery from a running agent: configs and live zone states on a real broker,
+and what a reload removes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from edge_agent.alerts.homeassistant import discovery_messages, zone_state_topic
+from edge_agent.config import EdgeAgentConfig
+from edge_agent.pipeline import EdgeAgent
+from testbed.alert_check import SCENE_CAMERA
+from testbed.scenes.writer import SceneFolder
+from tests.edge_agent.test_run_command import _document
+from tests.fixtures.mqtt import MosquittoBroker, MqttRecorder
+
+
+def test_agent_announces_entities_and_publishes_zone_changes_only(
+    events_scene: SceneFolder, mosquitto_broker: MosquittoBroker, tmp_path: Path
+) -> None:
+    document = _document(events_scene, mosquitto_broker.port, tmp_path)
+    document["homeassistant"] = {"enabled": True}
+    document["cameras"][0]["file_replay"] = "every_frame"
+    config = EdgeAgentConfig.model_validate(document)
+    prefix, agent_id = config.mqtt.topic_prefix, config.agent.id
+    zone_topic = zone_state_topic(prefix, agent_id, SCENE_CAMERA, "zone-a")
+    recorder = MqttRecorder(mosquitto_broker, "#")
+    agent = EdgeAgent.from_config(config)
+    analysed = [0]
+    agent.hooks.append(lambda _outcome: analysed.__setitem__(0, analysed[0] + 1))
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,))
+    agent.start()
+    runner.start()
+    try:
+        deadline = time.monotonic() + 40.0
+        while agent.workers[0].state != "stopped" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # a reload renames the zone: the old one's entities and state are removed
+        renamed = document | {"cameras": [json.loads(json.dumps(document["cameras"][0]))]}
+        camera = renamed["cameras"][0]
+        camera["zones"][0]["name"] = "zone-b"
+        for rule in camera["rules"]:
+            if rule.get("zone") == "zone-a":
+                rule["zone"] = "zone-b"
+        new = EdgeAgentConfig.model_validate(renamed)
+        plan = agent.request_reload(new).result(10)
+        assert plan.changed == (SCENE_CAMERA,)
+    finally:
+        stop.set()
+        runner.join(10)
+        agent.close()
+    time.sleep(0.5)
+    recorder.close()
+
+    announced = {m.topic for m in discovery_messages(config, config.homeassistant)}
+    received = {m.topic for m in recorder.messages if m.topic.startswith("homeassistant/")}
+    assert announced <= received
+    states = [m.payload for m in recorder.on(zone_topic)]
+    counts = [json.loads(p)["count"] for p in states[:-1]]
+    # empty at start, then up to 3 people at once (a lost track counts where it was last seen
+    # until the tracker forgets it), one message per change, not per frame
+    assert counts[0] == 0 and 2 <= max(counts) <= 5, counts
+    assert all(a != b for a, b in zip(counts, counts[1:], strict=False))
+    assert len(states) < analysed[0] / 10
+    assert states[-1] == b""  # the renamed zone's state is cleared
+    kept = {m.topic for m in discovery_messages(new, new.homeassistant)}
+    removed = [m for m in recorder.messages if m.topic in announced - kept]
+    assert removed and all(m.payload == b"" for m in removed[-len(announced - kept) :])
+    assert recorder.on(zone_state_topic(prefix, agent_id, SCENE_CAMERA, "zone-b"))
