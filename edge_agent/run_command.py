@@ -33,6 +33,7 @@ from edge_agent.metrics import EdgeMetrics, start_edge_metrics_exporter
 from edge_agent.pipeline import EdgeAgent
 from edge_agent.pipeline.reload import ReloadPlan, ReloadRefused
 from edge_agent.service import SystemdNotifier
+from edge_agent.web import attach_status_page
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,22 @@ class ReloadOutcome:
     def ok(self) -> bool:
         """Whether the new config was applied."""
         return self.error is None
+
+    def document(self) -> dict[str, object]:
+        """The outcome as JSON, for `POST /api/reload` on the status page."""
+        plan = self.plan
+        return {
+            "ok": self.ok,
+            "message": self.message(),
+            "added": list(plan.added) if plan else [],
+            "removed": list(plan.removed) if plan else [],
+            "restarted": list(plan.changed) if plan else [],
+            "untouched": list(plan.unchanged) if plan else [],
+        }
+
+    def log(self) -> None:
+        """Log the outcome: info when applied, error (with every reason) when refused."""
+        logger.log(logging.INFO if self.ok else logging.ERROR, "%s", self.message())
 
     def message(self) -> str:
         """One line (the refusal may span lines: a config error lists each bad YAML line)."""
@@ -166,6 +183,36 @@ def _run(
     except SecretError as exc:
         say(f"edge-agent run: cannot read a secret: {exc}\n")
         return EXIT_FAILED
+
+    def reload_over_http() -> dict[str, object]:
+        outcome = reload_from_file(agent, config_path, in_loop=False)
+        outcome.log()
+        return outcome.document()
+
+    try:
+        page = attach_status_page(agent, config.web, environ=environ, reload=reload_over_http)
+    except (SecretError, OSError) as exc:
+        agent.publisher.outbox.close()
+        agent.detector.close()
+        where = f"{config.web.host}:{config.web.port}"
+        say(f"edge-agent run: cannot serve the status page on {where}: {exc}\n")
+        return EXIT_FAILED
+    try:
+        return _serve(agent, config, config_path, environ, stop, max_runtime_s, flush_timeout_s)
+    finally:
+        if page is not None:
+            page.close()
+
+
+def _serve(
+    agent: EdgeAgent,
+    config: EdgeAgentConfig,
+    config_path: Path,
+    environ: Mapping[str, str],
+    stop: threading.Event,
+    max_runtime_s: float | None,
+    flush_timeout_s: float,
+) -> int:
     notifier = SystemdNotifier(environ)
     deadline = None if max_runtime_s is None else time.monotonic() + max_runtime_s
     next_status = 0.0
@@ -175,10 +222,7 @@ def _run(
         reload_requested.clear()
         notifier.reloading()
         outcome = reload_from_file(agent, config_path, in_loop=True)
-        if outcome.ok:
-            logger.info("%s", outcome.message())
-        else:
-            logger.error("%s", outcome.message())
+        outcome.log()
         notifier.ready(f"{outcome.message().splitlines()[0]}; {status_line(agent)}")
 
     def on_idle() -> None:

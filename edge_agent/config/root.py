@@ -16,6 +16,7 @@ from edge_agent.config.escalation import EscalationConfig
 from edge_agent.config.homeassistant import HomeAssistantConfig
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.config.tracker import TrackerConfig
+from edge_agent.config.web import WebConfig
 
 
 class EdgeAgentConfig(StrictModel):
@@ -36,6 +37,9 @@ class EdgeAgentConfig(StrictModel):
     metrics: MetricsConfig = Field(
         default_factory=lambda: MetricsConfig(listen_port=9108),
         description="Prometheus metrics endpoint.",
+    )
+    web: WebConfig = Field(
+        default_factory=WebConfig, description="The local status page (off by default)."
     )
     homeassistant: HomeAssistantConfig = Field(
         default_factory=HomeAssistantConfig,

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -214,3 +216,63 @@ def test_faulty_cameras_do_not_stop_the_good_one(
     assert match.ok, match.report()
     assert {o.camera for o in outcomes} == {good["name"]}
     assert json.dumps(states)  # the states are plain strings
+
+
+def _post(url: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=b"", method="POST")  # noqa: S310 (http only)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=30) as response:
+            return int(response.status), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return int(error.code), json.loads(error.read())
+
+
+def test_reload_on_sighup_and_over_http_keeps_the_agent_running(
+    events_scene: SceneFolder,
+    mosquitto_broker: MosquittoBroker,
+    notify_socket: tuple[str, socket.socket],
+    tmp_path: Path,
+) -> None:
+    address, sock = notify_socket
+    document = _document(events_scene, mosquitto_broker.port, tmp_path)
+    document["cameras"][0]["loop_file"] = True
+    port = free_tcp_port()
+    document["web"] = {"enabled": True, "port": port}
+    path = _write(tmp_path, document)
+    env = {**os.environ, "NOTIFY_SOCKET": address}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edge_agent", "run", "--config", str(path)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    seen: list[str] = []
+    try:
+        _receive_until(sock, "READY=1", seen)
+        second = {**document["cameras"][0], "name": "second", "rules": [], "zones": []}
+        second["lines"] = []
+        document["cameras"].append(second)
+        _write(tmp_path, document)
+        process.send_signal(signal.SIGHUP)
+        _receive_until(sock, "reloaded: added second", seen)
+        assert any("RELOADING=1" in message for message in seen)
+
+        path.write_text(path.read_text().replace("target_fps: 25.0", "target_fps: 500"))
+        status, refused = _post(f"http://127.0.0.1:{port}/api/reload")
+        assert status == 409 and not refused["ok"] and "target_fps" in refused["message"]
+
+        document["cameras"].pop()
+        _write(tmp_path, document)
+        status, removed = _post(f"http://127.0.0.1:{port}/api/reload")
+        assert status == 200 and removed["removed"] == ["second"], removed
+        assert removed["untouched"] == [document["cameras"][0]["name"]]
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text[-3000:]
+    assert "reload refused, the running config stays" in text and "Traceback" not in text
