@@ -112,3 +112,6 @@ def _refs_in(
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             yield from _refs_in(item, (*path, index))
+    elif isinstance(value, Mapping):  # e.g. webhook headers whose values may be secrets
+        for key, item in value.items():
+            yield from _refs_in(item, (*path, str(key)))

@@ -22,7 +22,7 @@ from edge_agent.capture.frames import CapturedFrame
 from edge_agent.config.camera import CameraConfig
 from edge_agent.rules.engine import RuleEvent
 
-__all__ = ["AlertFanout", "AlertSink", "EventContext", "MediaRecorder"]
+__all__ = ["AlertFanout", "AlertSink", "EventContext", "Lifecycle", "MediaRecorder"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,20 @@ class MediaRecorder(Protocol):
     def record(self, context: EventContext) -> Mapping[str, object]:
         """Queue what to write for the event; the references (paths, URLs) it will have, e.g.
         `{"snapshot": {"path": ..., "url": ...}}`, or `{}`. Must not block the frame loop."""
+        ...
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """A sink or recorder with background work: started with the agent, closed (drained within
+    `timeout_s`) when it stops, after the last events were handed over."""
+
+    def start(self) -> None:
+        """Start the background work."""
+        ...
+
+    def close(self, timeout_s: float) -> None:
+        """Finish or drop the pending work within `timeout_s`, then stop."""
         ...
 
 

@@ -17,6 +17,7 @@ from edge_agent.config.homeassistant import HomeAssistantConfig
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.config.web import WebConfig
+from edge_agent.config.webhook import WebhookConfig
 
 
 class EdgeAgentConfig(StrictModel):
@@ -37,6 +38,10 @@ class EdgeAgentConfig(StrictModel):
     metrics: MetricsConfig = Field(
         default_factory=lambda: MetricsConfig(listen_port=9108),
         description="Prometheus metrics endpoint.",
+    )
+    webhook: WebhookConfig | None = Field(
+        default=None,
+        description="POST each event as JSON to an HTTP(S) endpoint too (none: off).",
     )
     web: WebConfig = Field(
         default_factory=WebConfig, description="The local status page (off by default)."

@@ -24,7 +24,8 @@ from detection.detector import Detector
 from detection.errors import DetectionError
 from detection.slicing import Tile
 from edge_agent.alerts import AlertPublisher
-from edge_agent.alerts.sinks import AlertFanout, AlertSink, MediaRecorder
+from edge_agent.alerts.sinks import AlertFanout, AlertSink, Lifecycle, MediaRecorder
+from edge_agent.alerts.webhook import WebhookSink
 from edge_agent.capture import CameraSource, CapturedFrame, CaptureState, LatestFrameSlot
 from edge_agent.capture.urls import camera_url
 from edge_agent.config import EdgeAgentConfig
@@ -89,6 +90,7 @@ class EdgeAgent:
         self.detector = detector
         self.publisher = publisher
         self.alerts = AlertFanout(config.agent.id, [publisher, *sinks], recorders)
+        self._owned = [*sinks, *recorders]  # started and closed with the agent (`Lifecycle`)
         self.hooks: list[OutcomeHook] = []
         self.batches = 0
         self.failed_batches = 0
@@ -145,6 +147,9 @@ class EdgeAgent:
             detector.close()
             raise
         try:
+            webhook = (
+                WebhookSink(config.webhook, environ=environ) if config.webhook is not None else None
+            )
             escalation = None
             if config.escalation.enabled:
                 client = EscalationClient(config.escalation, config.agent.id, environ=environ)
@@ -158,6 +163,7 @@ class EdgeAgent:
                 environ=environ,
                 metrics=metrics,
                 escalation=escalation,
+                sinks=[webhook] if webhook is not None else [],
             )
         except BaseException:
             publisher.outbox.close()
@@ -169,6 +175,9 @@ class EdgeAgent:
     def start(self) -> None:
         """Connect to the broker (in the background) and open every camera."""
         self.publisher.start()
+        for part in self._owned:
+            if isinstance(part, Lifecycle):
+                part.start()
         if self.homeassistant is not None:
             self.homeassistant.announce()
         if self.escalation is not None:
@@ -202,6 +211,9 @@ class EdgeAgent:
             status = self.status[worker.name]
             status.changed(CaptureState.STOPPED.value, "agent stopping")
             self._publish_status(worker, final=True)
+        for part in self._owned:
+            if isinstance(part, Lifecycle):
+                part.close(timeout_s=flush_timeout_s)
         self.publisher.close(timeout_s=flush_timeout_s)
         self.detector.close()
 

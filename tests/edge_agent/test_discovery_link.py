@@ -1,12 +1,17 @@
-"""Home Assistant discovery from a running agent: configs and live zone states on a real broker,
-and what a reload removes."""
+"""A running agent's integrations: Home Assistant discovery (configs and live zone states on a
+real broker, and what a reload removes) and the webhook sink (the same payloads as MQTT, over
+real HTTP)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import pytest
 
 from edge_agent.alerts.homeassistant import discovery_messages, zone_state_topic
 from edge_agent.config import EdgeAgentConfig
@@ -17,11 +22,40 @@ from tests.edge_agent.test_run_command import _document
 from tests.fixtures.mqtt import MosquittoBroker, MqttRecorder
 
 
+class _Hook(BaseHTTPRequestHandler):
+    bodies: list[bytes]
+
+    def do_POST(self) -> None:
+        self.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook_receiver() -> Iterator[tuple[str, list[bytes]]]:
+    bodies: list[bytes] = []
+    handler = type("Hook", (_Hook,), {"bodies": bodies})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", bodies
+    server.shutdown()
+    server.server_close()
+
+
 def test_agent_announces_entities_and_publishes_zone_changes_only(
-    events_scene: SceneFolder, mosquitto_broker: MosquittoBroker, tmp_path: Path
+    events_scene: SceneFolder,
+    mosquitto_broker: MosquittoBroker,
+    tmp_path: Path,
+    webhook_receiver: tuple[str, list[bytes]],
 ) -> None:
     document = _document(events_scene, mosquitto_broker.port, tmp_path)
     document["homeassistant"] = {"enabled": True}
+    url, posted = webhook_receiver
+    document["webhook"] = {"url": url, "min_backoff_s": 0.1}
     document["cameras"][0]["file_replay"] = "every_frame"
     config = EdgeAgentConfig.model_validate(document)
     prefix, agent_id = config.mqtt.topic_prefix, config.agent.id
@@ -70,3 +104,6 @@ def test_agent_announces_entities_and_publishes_zone_changes_only(
     removed = [m for m in recorder.messages if m.topic in announced - kept]
     assert removed and all(m.payload == b"" for m in removed[-len(announced - kept) :])
     assert recorder.on(zone_state_topic(prefix, agent_id, SCENE_CAMERA, "zone-b"))
+    # the webhook got exactly the payloads MQTT got, in the same order
+    mqtt_events = [m.payload for m in recorder.messages if "/events/" in m.topic]
+    assert mqtt_events and posted == mqtt_events
