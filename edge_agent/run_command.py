@@ -190,7 +190,10 @@ def _run(
         return outcome.document()
 
     try:
-        page = attach_status_page(agent, config.web, environ=environ, reload=reload_over_http)
+        resolver = agent.media.resolve if agent.media is not None else None
+        page = attach_status_page(
+            agent, config.web, environ=environ, media_resolver=resolver, reload=reload_over_http
+        )
     except (SecretError, OSError) as exc:
         agent.publisher.outbox.close()
         agent.detector.close()

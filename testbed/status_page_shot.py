@@ -18,19 +18,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
 
-from edge_agent.alerts.sinks import EventContext
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.web import WebConfig
-from edge_agent.escalation.encode import encode_jpeg
-from edge_agent.media.draw import annotate
 from edge_agent.pipeline import EdgeAgent
 from edge_agent.web import attach_status_page
-from edge_agent.web.report import safe_relative_path
 from testbed.alert_check import scene_agent_config
 from testbed.broker import start_broker
 from testbed.scenes.scenario import make_scenario
@@ -111,45 +107,6 @@ def chromium_dom(url: str, *, virtual_time_budget_ms: int = 3000, timeout_s: flo
         return _run_chromium(flags, url, Path(profile), timeout_s).stdout
 
 
-class SnapshotRecorder:
-    """A stand-in for the media store: writes each event's annotated frame as a JPEG under
-    `root` (in the frame loop: fine for a short demo, not for an agent) and finds it again."""
-
-    def __init__(self, root: Path, jpeg_quality: int = 85) -> None:
-        """Write under `root` (created)."""
-        self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._jpeg_quality = jpeg_quality
-
-    def record(self, context: EventContext) -> Mapping[str, object]:
-        """Write the snapshot now; its reference for the payload's `media`."""
-        if context.frame is None or context.camera is None:
-            return {}
-        event = context.event
-        picture = annotate(
-            context.frame.image,
-            context.camera,
-            context.detections,
-            context.class_names,
-            highlight=event.box,
-            highlight_text=f"{event.rule} {event.label or ''}".strip(),
-        )
-        relative = f"{event.camera}/{context.event_id}-{event.phase}.jpg"
-        path = self.root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode_jpeg(picture, self._jpeg_quality))
-        return {"snapshot": {"path": relative, "url": f"/media/{relative}"}}
-
-    def resolve(self, relative: str) -> Path | None:
-        """The file of `relative` under the root, or None (outside it, or absent)."""
-        if safe_relative_path(relative) is None:
-            return None
-        path = (self.root / relative).resolve()
-        if not path.is_relative_to(self.root.resolve()) or not path.is_file():
-            return None
-        return path
-
-
 def take_screenshot(out: Path, work_dir: Path, *, camera: str, wait_events: int) -> Path:
     """Run the events scene with the status page until `wait_events` events arrived (or the
     clip ended), then screenshot the page to `out`."""
@@ -168,12 +125,13 @@ def take_screenshot(out: Path, work_dir: Path, *, camera: str, wait_events: int)
             loop_file=True,
         )
         document["cameras"][0]["name"] = camera
+        document["media"] = {"enabled": True, "directory": str(work_dir / "media")}
         config = EdgeAgentConfig.model_validate(document)
         agent = EdgeAgent.from_config(config)
-        recorder = SnapshotRecorder(work_dir / "media")
-        agent.alerts.recorders.append(recorder)
+        if agent.media is None:
+            raise RuntimeError("the media store is disabled")
         server = attach_status_page(
-            agent, WebConfig(enabled=True, port=0), media_resolver=recorder.resolve
+            agent, WebConfig(enabled=True, port=0), media_resolver=agent.media.resolve
         )
         if server is None:
             raise RuntimeError("the status page is disabled")

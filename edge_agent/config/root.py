@@ -14,6 +14,7 @@ from edge_agent.config.agent import AgentConfig
 from edge_agent.config.camera import CameraConfig
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.config.homeassistant import HomeAssistantConfig
+from edge_agent.config.media import MediaConfig
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.config.web import WebConfig
@@ -38,6 +39,10 @@ class EdgeAgentConfig(StrictModel):
     metrics: MetricsConfig = Field(
         default_factory=lambda: MetricsConfig(listen_port=9108),
         description="Prometheus metrics endpoint.",
+    )
+    media: MediaConfig = Field(
+        default_factory=MediaConfig,
+        description="Event snapshots, crops and clips on this box, and their retention.",
     )
     webhook: WebhookConfig | None = Field(
         default=None,

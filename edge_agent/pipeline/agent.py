@@ -32,6 +32,7 @@ from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.camera import CameraConfig
 from edge_agent.escalation import EscalationClient, EscalationResult
 from edge_agent.escalation.encode import detections_from_result
+from edge_agent.media.store import MediaStore
 from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
 from edge_agent.pipeline.discovery import HomeAssistantLink
@@ -79,19 +80,25 @@ class EdgeAgent:
         escalation: EscalationStage | None = None,
         sinks: Sequence[AlertSink] = (),
         recorders: Sequence[MediaRecorder] = (),
+        media: MediaStore | None = None,
     ) -> None:
         """Set up the cameras (not started); `embedder` defaults to the configured one.
 
         `escalation` sends hard frames to the cloud and brings its answers back for fusion.
         Events go to `publisher` (MQTT) and to `sinks`, with media from `recorders` named in
-        their payloads (`AlertFanout`).
+        their payloads (`AlertFanout`); `media` (snapshots and clips) is one such recorder that
+        also watches every analysed frame (for clips) and serves the status page's files.
         """
         self.config = config
         self.detector = detector
         self.publisher = publisher
+        self.hooks: list[OutcomeHook] = []
+        self.media = media
+        if media is not None:
+            recorders = [media, *recorders]
+            self.hooks.append(media.observe)
         self.alerts = AlertFanout(config.agent.id, [publisher, *sinks], recorders)
         self._owned = [*sinks, *recorders]  # started and closed with the agent (`Lifecycle`)
-        self.hooks: list[OutcomeHook] = []
         self.batches = 0
         self.failed_batches = 0
         self._wake = threading.Event()
@@ -118,6 +125,12 @@ class EdgeAgent:
         )
         if self.homeassistant is not None:
             self.reload_listeners.append(self.homeassistant.reload)
+        if media is not None:
+            self.reload_listeners.append(
+                lambda new, _plan: media.set_cameras(
+                    [camera for camera in new.cameras if camera.enabled], detector.class_names
+                )
+            )
         for camera in config.cameras:
             if camera.enabled:
                 self._add_camera(camera)
@@ -150,6 +163,10 @@ class EdgeAgent:
             webhook = (
                 WebhookSink(config.webhook, environ=environ) if config.webhook is not None else None
             )
+            media = None
+            if config.media.enabled:
+                enabled = [camera for camera in config.cameras if camera.enabled]
+                media = MediaStore(config.media, cameras=enabled, class_names=detector.class_names)
             escalation = None
             if config.escalation.enabled:
                 client = EscalationClient(config.escalation, config.agent.id, environ=environ)
@@ -164,6 +181,7 @@ class EdgeAgent:
                 metrics=metrics,
                 escalation=escalation,
                 sinks=[webhook] if webhook is not None else [],
+                media=media,
             )
         except BaseException:
             publisher.outbox.close()

@@ -34,7 +34,6 @@ from testbed.alert_check import SCENE_CAMERA, scene_agent_config
 from testbed.broker import mosquitto_executable
 from testbed.scenes.writer import SceneFolder
 from testbed.status_page_shot import (
-    SnapshotRecorder,
     chromium_dom,
     chromium_executable,
     chromium_screenshot,
@@ -84,7 +83,7 @@ def live_page(
     events_scene: SceneFolder, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LivePage]:
     """The agent on the events scene (looping, so the camera stays live) with its status page
-    on a free port and event snapshots written by the testbed's stand-in recorder."""
+    on a free port and event snapshots written by the media store."""
     executable = mosquitto_executable()
     if executable is None:
         pytest.skip("mosquitto binary not found (apt-get install mosquitto)")
@@ -100,11 +99,11 @@ def live_page(
         outbox_path=work / "outbox.sqlite3",
         loop_file=True,
     )
+    document["media"] = {"enabled": True, "directory": str(work / "media")}
     agent = EdgeAgent.from_config(EdgeAgentConfig.model_validate(document))
-    recorder = SnapshotRecorder(work / "media")
-    agent.alerts.recorders.append(recorder)
+    assert agent.media is not None
     server = attach_status_page(
-        agent, WebConfig(enabled=True, port=0), media_resolver=recorder.resolve
+        agent, WebConfig(enabled=True, port=0), media_resolver=agent.media.resolve
     )
     assert server is not None
     stop = threading.Event()
