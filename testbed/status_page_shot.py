@@ -125,7 +125,11 @@ def take_screenshot(out: Path, work_dir: Path, *, camera: str, wait_events: int)
             loop_file=True,
         )
         document["cameras"][0]["name"] = camera
-        document["media"] = {"enabled": True, "directory": str(work_dir / "media")}
+        document["media"] = {
+            "enabled": True,
+            "directory": str(work_dir / "media"),
+            "clips": {"enabled": True},
+        }
         config = EdgeAgentConfig.model_validate(document)
         agent = EdgeAgent.from_config(config)
         if agent.media is None:
@@ -156,12 +160,42 @@ def take_screenshot(out: Path, work_dir: Path, *, camera: str, wait_events: int)
     return out
 
 
+def save_media_examples(media: Path, out: Path) -> None:
+    """Copy the snapshot and crop of the first event that has a clip, and the clip's middle
+    frame, to `out` as `event-snapshot.jpg`, `event-crop.jpg`, `event-clip-frame.jpg`."""
+    out.mkdir(parents=True, exist_ok=True)
+    for clip in sorted(media.rglob("*_clip.*")):
+        stem = clip.name.split("_clip.")[0]
+        snapshot, crop = clip.with_name(f"{stem}.jpg"), clip.with_name(f"{stem}_crop.jpg")
+        if not (snapshot.is_file() and crop.is_file()):
+            continue
+        capture = cv2.VideoCapture(str(clip))
+        count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        capture.set(cv2.CAP_PROP_POS_FRAMES, max(0, count // 2))
+        ok, frame = capture.read()
+        capture.release()
+        if not ok:
+            continue
+        shutil.copyfile(snapshot, out / "event-snapshot.jpg")
+        shutil.copyfile(crop, out / "event-crop.jpg")
+        cv2.imwrite(str(out / "event-clip-frame.jpg"), frame, [cv2.IMWRITE_JPEG_QUALITY, 85])
+        logger.info("saved the media of %s to %s (clip of %d frames)", stem, out, count)
+        return
+    logger.warning("no event with a snapshot, a crop and a readable clip in %s", media)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: write the screenshot; 1 when Chromium or the agent fails."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs/images/status-page.png")
     parser.add_argument("--camera", default="loading-dock", help="Camera name on the page.")
     parser.add_argument("--events", type=int, default=8, help="Wait for this many events.")
+    parser.add_argument(
+        "--media-out",
+        type=Path,
+        default=None,
+        help="Also save one event's snapshot, crop and a clip frame here (for the README).",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with tempfile.TemporaryDirectory(prefix="status-page-") as work:
@@ -170,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ChromiumError as exc:
             logger.error("%s", exc)
             return 1
+        if args.media_out is not None:
+            save_media_examples(Path(work) / "media", args.media_out)
     image = cv2.imread(str(args.out))
     logger.info("wrote %s (%s)", args.out, None if image is None else image.shape)
     return 0
