@@ -1,0 +1,189 @@
+"""Config reloads under load: does a camera that a reload does not touch lose frames?
+
+One agent runs the `events` scene's video as two live cameras (`file_replay: live`, looping, 25
+fps, each analysed at `--target-fps`) for `--seconds`. Variants, side by side in one
+run:
+
+- `steady`: no reload;
+- `reloads`: every `--every-s` a reload changes the second camera (its zone moves), so it is
+  stopped and rebuilt while the first camera is untouched (the requests go through
+  `EdgeAgent.request_reload`, as the status page's and SIGHUP's do).
+
+For the untouched camera it reports frames analysed per second, frames its newest-frame slot
+dropped (replaced before the loop took them), and the longest gap between two of its analysed
+frames; for the reloads, how long the frame loop spent applying each. Prints a table and writes
+`bench/results/reload_under_load.md` and `.json`.
+
+    python -m bench.reload_under_load [--seconds 30] [--every-s 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench._edge_common import REPO_ROOT, agent_config, ensure_scene, temp_dir
+from edge_agent.config import EdgeAgentConfig
+from edge_agent.pipeline import EdgeAgent, FrameOutcome
+
+RESULTS = REPO_ROOT / "bench" / "results"
+UNTOUCHED = "cam-0"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One variant's numbers for the untouched camera."""
+
+    name: str
+    seconds: float
+    reloads: int
+    fps: float
+    slot_drops: int
+    drops_per_min: float
+    max_gap_ms: float
+    reload_apply_ms_median: float
+    reload_apply_ms_max: float
+
+
+def _with_second(config: EdgeAgentConfig, shifted: bool) -> EdgeAgentConfig:
+    """Two cameras on the same clip; the second one's zones moved 1 % right when `shifted`."""
+    first = config.cameras[0]
+    zones = [
+        zone.model_copy(update={"points": [(min(1.0, x + 0.01), y) for x, y in zone.points]})
+        for zone in first.zones
+    ]
+    second = first.model_copy(update={"name": "cam-1", "zones": zones if shifted else first.zones})
+    return config.model_copy(update={"cameras": [first, second]})
+
+
+def run_variant(
+    name: str, config: EdgeAgentConfig, seconds: float, every_s: float | None
+) -> Result:
+    """Run the agent for `seconds`, reloading every `every_s` (None: never)."""
+    agent = EdgeAgent.from_config(_with_second(config, False))
+    arrivals: list[float] = []
+
+    def hook(outcome: FrameOutcome) -> None:
+        if outcome.camera == UNTOUCHED:
+            arrivals.append(time.monotonic())
+
+    agent.hooks.append(hook)
+    applied_ms: list[float] = []
+    original_reload = agent.reload
+
+    def timed_reload(new: EdgeAgentConfig) -> object:
+        started = time.perf_counter()
+        try:
+            return original_reload(new)
+        finally:
+            applied_ms.append((time.perf_counter() - started) * 1000.0)
+
+    agent.reload = timed_reload  # type: ignore[method-assign,assignment]
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,))
+    agent.start()
+    runner.start()
+    untouched = agent.workers[0]
+    time.sleep(2.0)  # warm-up: the stream opens, the model warms
+    drops_before = untouched.source.slot.drops
+    started = time.monotonic()
+    first_arrival = len(arrivals)
+    shifted = False
+    next_reload = started + (every_s or seconds + 1.0)
+    while (now := time.monotonic()) < started + seconds:
+        if every_s is not None and now >= next_reload:
+            shifted = not shifted
+            agent.request_reload(_with_second(config, shifted)).result(10.0)
+            next_reload += every_s
+        time.sleep(0.01)
+    elapsed = time.monotonic() - started
+    drops = untouched.source.slot.drops - drops_before
+    window = arrivals[first_arrival:]
+    stop.set()
+    runner.join(10.0)
+    agent.close(flush_timeout_s=2.0)
+    gaps = [b - a for a, b in zip(window, window[1:], strict=False)]
+    return Result(
+        name=name,
+        seconds=round(elapsed, 1),
+        reloads=len(applied_ms),
+        fps=round(len(window) / elapsed, 1),
+        slot_drops=drops,
+        drops_per_min=round(drops * 60.0 / elapsed, 1),
+        max_gap_ms=round(1000.0 * max(gaps, default=0.0), 1),
+        reload_apply_ms_median=round(statistics.median(applied_ms), 2) if applied_ms else 0.0,
+        reload_apply_ms_max=round(max(applied_ms), 2) if applied_ms else 0.0,
+    )
+
+
+def table(results: list[Result]) -> str:
+    """The results as a Markdown table."""
+    lines = [
+        "| variant | reloads | untouched fps | slot drops (per min) | max gap ms "
+        "| reload applied in ms (median / max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.name} | {r.reloads} | {r.fps} | {r.slot_drops} ({r.drops_per_min}) "
+            f"| {r.max_gap_ms} | {r.reload_apply_ms_median} / {r.reload_apply_ms_max} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both variants and write the results."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--every-s", type=float, default=2.0)
+    parser.add_argument("--model", default="litert-int8", choices=["litert-int8", "onnx"])
+    parser.add_argument("--target-fps", type=float, default=10.0, help="Analysed per camera.")
+    args = parser.parse_args(argv)
+    from testbed.broker import start_broker
+
+    scene = ensure_scene(None)
+    results: list[Result] = []
+    with temp_dir("bench-reload-") as work:
+        broker = start_broker("mosquitto", Path(work))
+        try:
+            for name, every in (("steady", None), ("reloads", args.every_s)):
+                config = agent_config(
+                    scene,
+                    camera_urls=[str(scene / "video.mp4")],
+                    model=args.model,
+                    threads=1,
+                    embedder="histogram",
+                    target_fps=args.target_fps,
+                    mqtt_port=broker.port,
+                    outbox_path=Path(work) / f"{name}.sqlite3",
+                )
+                camera = config.cameras[0].model_copy(update={"loop_file": True})
+                config = config.model_copy(update={"cameras": [camera]})
+                results.append(run_variant(name, config, args.seconds, every))
+        finally:
+            broker.stop()
+    text = table(results)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    header = (
+        "# Reloads under load\n\n`python -m bench.reload_under_load "
+        f"--seconds {args.seconds:g} --every-s {args.every_s:g} --model {args.model} "
+        f"--target-fps {args.target_fps:g}` (2-core machine; two cameras replay the events scene "
+        "live at 25 fps, each analysed at the target rate; slot drops are frames the loop did "
+        "not take before the next one came)."
+        "\n\n"
+    )
+    (RESULTS / "reload_under_load.md").write_text(header + text + "\n")
+    (RESULTS / "reload_under_load.json").write_text(
+        json.dumps([asdict(r) for r in results], indent=2) + "\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
