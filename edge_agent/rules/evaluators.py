@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+from typing import TypeVar
+
 from edge_agent.config.rules import (
     LineCrossRule,
     LoiterRule,
@@ -25,55 +28,52 @@ from edge_agent.rules.evaluator import EvaluatorBase
 from edge_agent.rules.events import NO_TRACK, Phase, RuleEvent
 from edge_agent.rules.state import TrackChange, TrackState
 
+ZoneRuleT = TypeVar("ZoneRuleT", bound=ZoneEnterRule | ZoneExitRule)
 
-class ZoneEnterEvaluator(EvaluatorBase[ZoneEnterRule]):
+
+class _ZoneCrossingEvaluator(EvaluatorBase[ZoneRuleT]):
+    """A `start` on the frame a matching track's anchor moves into (or out of) the zone."""
+
+    def __init__(self, rule: ZoneRuleT, context: RuleContext) -> None:
+        """Evaluate `rule`; `ValueError` if its zone is not on the camera."""
+        super().__init__(rule, context)
+        context.zone(rule, rule.zone)
+
+    def _moved(self, change: TrackChange) -> AbstractSet[str]:
+        """The zones the track moved into or out of, whichever this kind watches."""
+        raise NotImplementedError
+
+    def observe_track(
+        self, track: TrackState, change: TrackChange, timestamp_s: float
+    ) -> list[RuleEvent]:
+        """A `start` on the frame the track crosses the zone's edge the watched way."""
+        if (
+            self.rule.zone in self._moved(change)
+            and self.matches(track)
+            and self.context.cooled(self.rule, track.track_id, timestamp_s)
+        ):
+            return [
+                self.context.event(self.rule, self.kind, track, timestamp_s, zone=self.rule.zone)
+            ]
+        return []
+
+
+class ZoneEnterEvaluator(_ZoneCrossingEvaluator[ZoneEnterRule]):
     """`zone_enter`: a matching track's anchor moves into the zone."""
 
     kind = "zone_enter"
 
-    def __init__(self, rule: ZoneEnterRule, context: RuleContext) -> None:
-        """Evaluate `rule`; `ValueError` if its zone is not on the camera."""
-        super().__init__(rule, context)
-        context.zone(rule, rule.zone)
-
-    def observe_track(
-        self, track: TrackState, change: TrackChange, timestamp_s: float
-    ) -> list[RuleEvent]:
-        """A `start` on the frame the track enters the zone."""
-        if (
-            self.rule.zone in change.entered
-            and self.matches(track)
-            and self.context.cooled(self.rule, track.track_id, timestamp_s)
-        ):
-            return [
-                self.context.event(self.rule, self.kind, track, timestamp_s, zone=self.rule.zone)
-            ]
-        return []
+    def _moved(self, change: TrackChange) -> AbstractSet[str]:
+        return change.entered
 
 
-class ZoneExitEvaluator(EvaluatorBase[ZoneExitRule]):
+class ZoneExitEvaluator(_ZoneCrossingEvaluator[ZoneExitRule]):
     """`zone_exit`: a matching track's anchor moves out of the zone."""
 
     kind = "zone_exit"
 
-    def __init__(self, rule: ZoneExitRule, context: RuleContext) -> None:
-        """Evaluate `rule`; `ValueError` if its zone is not on the camera."""
-        super().__init__(rule, context)
-        context.zone(rule, rule.zone)
-
-    def observe_track(
-        self, track: TrackState, change: TrackChange, timestamp_s: float
-    ) -> list[RuleEvent]:
-        """A `start` on the frame the track leaves the zone."""
-        if (
-            self.rule.zone in change.exited
-            and self.matches(track)
-            and self.context.cooled(self.rule, track.track_id, timestamp_s)
-        ):
-            return [
-                self.context.event(self.rule, self.kind, track, timestamp_s, zone=self.rule.zone)
-            ]
-        return []
+    def _moved(self, change: TrackChange) -> AbstractSet[str]:
+        return change.exited
 
 
 class LineCrossEvaluator(EvaluatorBase[LineCrossRule]):
