@@ -112,6 +112,17 @@ def notify_socket(tmp_path: Path) -> Iterator[tuple[str, socket.socket]]:
     sock.close()
 
 
+def _run_process(config: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`edge-agent run --config CONFIG` as a child process, its output on one pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "edge_agent", "run", "--config", str(config)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
 def _receive_until(sock: socket.socket, wanted: str, seen: list[str]) -> None:
     while not any(wanted in message for message in seen):
         seen.append(sock.recv(4096).decode())
@@ -128,13 +139,7 @@ def test_service_notifies_systemd_and_stops_cleanly_on_sigterm(
     document["cameras"][0]["loop_file"] = True
     env = {**os.environ, "NOTIFY_SOCKET": address, "WATCHDOG_USEC": "2000000"}
     env.pop("WATCHDOG_PID", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "edge_agent", "run", "--config", str(_write(tmp_path, document))],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    process = _run_process(_write(tmp_path, document), env)
     seen: list[str] = []
     try:
         _receive_until(sock, "READY=1", seen)
@@ -241,13 +246,7 @@ def test_reload_on_sighup_and_over_http_keeps_the_agent_running(
     document["web"] = {"enabled": True, "port": port}
     path = _write(tmp_path, document)
     env = {**os.environ, "NOTIFY_SOCKET": address}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "edge_agent", "run", "--config", str(path)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    process = _run_process(path, env)
     seen: list[str] = []
     try:
         _receive_until(sock, "READY=1", seen)
