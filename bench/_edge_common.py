@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
+import numpy.typing as npt
+
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.tracking import Embedder, HistogramEmbedder, NoEmbedder
 from testbed.alert_check import scene_agent_config
@@ -86,6 +90,21 @@ def agent_config(
         cameras.append({**camera, "name": f"cam-{i}", "url": url})
     document["cameras"] = cameras
     return EdgeAgentConfig.model_validate(document)
+
+
+def decode_all(video: Path) -> list[npt.NDArray[np.uint8]]:
+    """Every frame of `video`, decoded once (BGR); `RuntimeError` when none decodes."""
+    capture = cv2.VideoCapture(str(video), cv2.CAP_FFMPEG)
+    frames: list[npt.NDArray[np.uint8]] = []
+    while True:
+        ok, image = capture.read()
+        if not ok:
+            break
+        frames.append(np.asarray(image, dtype=np.uint8))
+    capture.release()
+    if not frames:
+        raise RuntimeError(f"no frame decoded from {video}")
+    return frames
 
 
 def temp_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:

@@ -59,6 +59,7 @@ import numpy.typing as npt
 
 from bench._edge_common import (
     agent_config,
+    decode_all,
     embedder_named,
     ensure_scene,
     temp_dir,
@@ -569,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.broker import start_broker
 
     scene = ensure_scene(args.scene_dir)
-    decoded = _decode_all(scene / "video.mp4")
+    decoded = decode_all(scene / "video.mp4")
     results: list[Result] = []
     with temp_dir("edge-pipeline-") as tmp:
         work = Path(tmp)
@@ -659,20 +660,6 @@ def pinned_cloud(work: Path) -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         process.stop()
-
-
-def _decode_all(video: Path) -> list[Image]:
-    capture = cv2.VideoCapture(str(video), cv2.CAP_FFMPEG)
-    frames: list[Image] = []
-    while True:
-        ok, image = capture.read()
-        if not ok:
-            break
-        frames.append(np.asarray(image, dtype=np.uint8))
-    capture.release()
-    if not frames:
-        raise RuntimeError(f"no frame decoded from {video}")
-    return frames
 
 
 if __name__ == "__main__":

@@ -45,7 +45,14 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from bench._edge_common import REPO_ROOT, agent_config, embedder_named, ensure_scene, temp_dir
+from bench._edge_common import (
+    REPO_ROOT,
+    agent_config,
+    decode_all,
+    embedder_named,
+    ensure_scene,
+    temp_dir,
+)
 from bench.edge_pipeline import FrameReader, SceneClock, detector_for
 from edge_agent.alerts import AlertPublisher
 from edge_agent.capture import CapturedFrame
@@ -203,7 +210,7 @@ def run(args: argparse.Namespace) -> tuple[list[Variant], int]:
 
     scene = ensure_scene(args.scene_dir)
     video = scene / "video.mp4"
-    decoded = _decode_all(video)
+    decoded = decode_all(video)
     found = variants(args.vp8)
     with temp_dir("snapshot-cost-") as tmp, ExitStack() as stack:
         work = Path(tmp)
@@ -382,20 +389,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     (results / "snapshot_cost.json").write_text(json.dumps(document, indent=1) + "\n")
     return 0
-
-
-def _decode_all(video: Path) -> list[Image]:
-    capture = cv2.VideoCapture(str(video), cv2.CAP_FFMPEG)
-    frames: list[Image] = []
-    while True:
-        ok, image = capture.read()
-        if not ok:
-            break
-        frames.append(np.asarray(image, dtype=np.uint8))
-    capture.release()
-    if not frames:
-        raise RuntimeError(f"no frame decoded from {video}")
-    return frames
 
 
 if __name__ == "__main__":
