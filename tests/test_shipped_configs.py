@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,13 @@ def _local_edge(
             escalation.pop(key, None)
     metrics = document.setdefault("metrics", {})
     metrics.update({"listen_host": "127.0.0.1", "listen_port": free_tcp_port()})
+    web = document.get("web")
+    if web and web.get("enabled"):
+        web.update({"host": "127.0.0.1", "port": free_tcp_port()})
+        web.pop("auth", None)
+    media = document.get("media")
+    if media and media.get("enabled"):
+        media["directory"] = str(folder / "media")
     return document
 
 
@@ -170,6 +178,12 @@ def test_edge_config_runs_on_a_real_clip(
             assert agent.process.poll() is None, agent.tail()
             assert time.monotonic() < deadline, agent.tail()
             time.sleep(0.2)
+        if config.web.enabled:  # the shipped status page answers, with the camera on it
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            url = f"http://127.0.0.1:{config.web.port}/api/status"
+            with opener.open(url, timeout=10) as response:
+                report = json.loads(response.read())
+            assert camera in json.dumps(report), report
     finally:
         code = agent.stop()
         recorder.close()
