@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from configkit.base import StrictModel
 from configkit.common import MetricsConfig
@@ -293,6 +293,16 @@ class CloudServiceConfig(StrictModel):
         default_factory=lambda: CloudMetricsConfig(listen_port=9109),
         description="Prometheus metrics endpoint.",
     )
+
+    @field_validator("engine")
+    @classmethod
+    def _fixed_input_unless_asked(cls, engine: DetectorConfig) -> DetectorConfig:
+        # Frames from many cameras batch together here: one input shape keeps batches whole
+        # (and TensorRT engines on one profile), so the cloud letterboxes to `input_size`
+        # unless the config asks for `fit`.
+        if "letterbox" in engine.model_fields_set:
+            return engine
+        return engine.model_copy(update={"letterbox": "fixed"})
 
     @model_validator(mode="after")
     def _check_across_sections(self) -> Self:

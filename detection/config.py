@@ -62,6 +62,15 @@ class DetectorConfig(StrictModel):
             "spatial size is dynamic, must match it when fixed."
         ),
     )
+    letterbox: Literal["fit", "fixed"] = Field(
+        default="fit",
+        description=(
+            "Dynamic-shape models only. `fit`: each frame goes in at the smallest multiple of 32 "
+            "within input_size that holds it at input_size's scale (a 16:9 frame in 320x320 "
+            "runs at 192x320: fewer pixels, same boxes), frames of one shape batched together. "
+            "`fixed`: always input_size (uniform batches, e.g. for a GPU engine)."
+        ),
+    )
     box_units: Literal["auto", "pixels", "normalized"] = Field(
         default="auto",
         description=(

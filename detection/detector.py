@@ -19,7 +19,7 @@ from detection.decode import BoxUnits, decode_yolo
 from detection.detections import Detections
 from detection.errors import DetectionError
 from detection.errors import ModelConfigError as ModelConfigError  # its home before errors.py
-from detection.letterbox import LetterboxInfo, letterbox_batch
+from detection.letterbox import LetterboxInfo, fitted_shape, letterbox_batch, scale_up_flags
 from detection.model_metadata import (
     model_file_of,
     resolve_box_units,
@@ -79,6 +79,9 @@ class Detector:
         self._runtime = runtime
         self._config = config
         self._input_shape = _resolve_input_shape(runtime, config)
+        spec = runtime.input_spec
+        dynamic = spec.height is None or spec.width is None
+        self._fit = dynamic and config.letterbox == "fit"
         self._metadata = runtime_metadata(runtime)
         model = _model_label(runtime, config)
         self._class_names = resolve_class_names(config.class_names, self._metadata, model)
@@ -87,9 +90,10 @@ class Detector:
         self._kept_classes = None if kept is None else np.asarray(kept, dtype=np.int64)
         self._num_classes = len(self._class_names) or None
         logger.info(
-            "detector on %s, input %s, %s classes%s, confidence >= %s, IoU %s",
+            "detector on %s, input %s%s, %s classes%s, confidence >= %s, IoU %s",
             runtime.name,
             self._input_shape,
+            " (fitted to each frame's shape)" if self._fit else "",
             len(self._class_names) or "unnamed",
             f" (keeping {', '.join(config.classes)})" if config.classes else "",
             config.confidence_threshold,
@@ -153,16 +157,38 @@ class Detector:
         if len(images) == 0:
             return []
         _check_images(images)
-        batch, infos = letterbox_batch(images, self._input_shape, scale_up=scale_up)
-        output = self._infer(batch)
-        candidates = decode_yolo(
-            output,
-            self._input_shape,
-            self._config.confidence_threshold,
-            self._box_units,
-            num_classes=self._num_classes,
-        )
-        return [self._postprocess(c, info) for c, info in zip(candidates, infos, strict=True)]
+        flags = scale_up_flags(scale_up, len(images))
+        shapes = self.input_shapes_for(images, flags)
+        results: list[Detections | None] = [None] * len(images)
+        for shape in dict.fromkeys(shapes):  # one run per input shape, in order of appearance
+            members = [i for i, s in enumerate(shapes) if s == shape]
+            batch, infos = letterbox_batch(
+                [images[i] for i in members], shape, scale_up=[flags[i] for i in members]
+            )
+            candidates = decode_yolo(
+                self._infer(batch),
+                shape,
+                self._config.confidence_threshold,
+                self._box_units,
+                num_classes=self._num_classes,
+            )
+            for i, found, info in zip(members, candidates, infos, strict=True):
+                results[i] = self._postprocess(found, info)
+        return [r for r in results if r is not None]
+
+    def input_shapes_for(
+        self, images: Sequence[npt.NDArray[np.uint8]], scale_up: Sequence[bool]
+    ) -> list[tuple[int, int]]:
+        """The model input (h, w) each image goes in at: `input_shape`, or with `letterbox:
+        fit` on a dynamic-shape model the stride-aligned rectangle that holds it."""
+        if not self._fit:
+            return [self._input_shape] * len(images)
+        return [
+            fitted_shape(
+                (int(image.shape[0]), int(image.shape[1])), self._input_shape, scale_up=flag
+            )
+            for image, flag in zip(images, scale_up, strict=True)
+        ]
 
     def _infer(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         size = self._runtime.input_spec.max_batch_size or batch.shape[0]

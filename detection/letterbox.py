@@ -76,6 +76,25 @@ def letterbox_geometry(
     return (new_h, new_w), (top, left), LetterboxInfo(scale, left, top, (src_h, src_w))
 
 
+def fitted_shape(
+    source_shape: tuple[int, int],
+    max_shape: tuple[int, int],
+    *,
+    scale_up: bool = True,
+    stride: int = 32,
+) -> tuple[int, int]:
+    """The smallest stride-aligned (h, w) within `max_shape` that holds a `source_shape` frame
+    letterboxed into `max_shape`: the same scale, only the padding beyond the next multiple of
+    `stride` is cut (ultralytics' rectangular letterbox). A 640x360 frame in 320x320 gives
+    192x320, in 320x416 gives 256x416; a 4:3 frame in 384x512 fills it."""
+    (new_h, new_w), _, _ = letterbox_geometry(source_shape, max_shape, scale_up=scale_up)
+    max_h, max_w = max_shape
+    return (
+        min(max_h, -(-new_h // stride) * stride),
+        min(max_w, -(-new_w // stride) * stride),
+    )
+
+
 def scale_up_flags(scale_up: bool | Sequence[bool], count: int) -> list[bool]:
     """One `scale_up` flag per image: a single bool for all, or a sequence of `count` flags."""
     if isinstance(scale_up, bool):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from testbed.scenes.dataset import DatasetConfig, write_dataset
 
@@ -18,11 +19,13 @@ SCENARIOS: tuple[str, ...] = ("quiet", "crowded", "small_far", "events")
 
 @dataclass(frozen=True)
 class ModelUnderTest:
-    """A model file and the square input size it is evaluated at."""
+    """A model file and the square input size it is evaluated at (`letterbox: fit`: a
+    dynamic-shape model takes each image at its fitted rectangle within that square)."""
 
     label: str
     path: Path
     imgsz: int
+    letterbox: Literal["fit", "fixed"] = "fixed"
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def evaluate_all(models: list[ModelUnderTest], test_sets: dict[str, Path]) -> li
     for scenario, data_yaml in test_sets.items():
         dataset = load_dataset(data_yaml, split="test")
         for model in models:
-            result = evaluate_model(model.path, dataset, model.imgsz)
+            result = evaluate_model(model.path, dataset, model.imgsz, model.letterbox)
             rows.append(
                 AccuracyRow(
                     model=model.label,

@@ -12,7 +12,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from detection.toolchain.dataset import LabelledDataset
 from detection.toolchain.torch_runtime import TorchRuntimeConfig
 
 logger = logging.getLogger(__name__)
+
+Letterbox = Literal["fit", "fixed"]
 
 EVAL_CONFIDENCE = 0.001  # as ultralytics val: mAP needs the low-confidence tail
 EVAL_NMS_IOU = 0.7
@@ -112,9 +114,13 @@ def load_model(path: Path, imgsz: int, max_batch: int = 1) -> LoadedModel:
     return LoadedModel(path, runtime, names, layout)
 
 
-def _detector_config(model: LoadedModel, imgsz: int) -> DetectorConfig:
+def _detector_config(
+    model: LoadedModel, imgsz: int, letterbox: Letterbox = "fixed"
+) -> DetectorConfig:
     spec = model.runtime.input_spec
     settings: dict[str, Any] = {
+        # fixed by default: every format is measured on the same square input
+        "letterbox": letterbox,
         "confidence_threshold": EVAL_CONFIDENCE,
         "iou_threshold": EVAL_NMS_IOU,
         "max_detections": EVAL_MAX_DETECTIONS,
@@ -147,19 +153,22 @@ def evaluate_detector(
     return compute_metrics([i.ground_truth for i in images], predictions, class_names=names)
 
 
-def open_detector(path: Path, imgsz: int) -> Detector:
-    """A `Detector` with validation settings over any supported model file (checked layout)."""
+def open_detector(path: Path, imgsz: int, letterbox: Letterbox = "fixed") -> Detector:
+    """A `Detector` with validation settings over any supported model file (checked layout);
+    `letterbox: fit` lets a dynamic-shape model take each image at its fitted shape."""
     model = load_model(path, imgsz)
     try:
-        return Detector(model.runtime, _detector_config(model, imgsz))
+        return Detector(model.runtime, _detector_config(model, imgsz, letterbox))
     except Exception:
         model.runtime.close()
         raise
 
 
-def evaluate_model(path: Path, dataset: LabelledDataset, imgsz: int) -> MetricsResult:
+def evaluate_model(
+    path: Path, dataset: LabelledDataset, imgsz: int, letterbox: Letterbox = "fixed"
+) -> MetricsResult:
     """Load a model file of any supported format and evaluate it on `dataset`."""
-    with open_detector(path, imgsz) as detector:
+    with open_detector(path, imgsz, letterbox) as detector:
         result = evaluate_detector(detector, dataset)
     logger.info("%s: mAP50-95 %.4f, mAP50 %.4f", path, result.map50_95, result.map50)
     return result

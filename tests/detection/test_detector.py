@@ -211,6 +211,44 @@ def test_input_size_is_required_for_dynamic_models_and_must_match_fixed_ones() -
         Detector(ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]]), _config(input_size=(320, 320)))
 
 
+def test_a_dynamic_model_fits_its_input_to_each_frame_and_batches_alike_shapes() -> None:
+    dynamic = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]], InputSpec(None, None, "NCHW", None))
+    detector = Detector(dynamic, _config(input_size=(64, 64)))
+    wide, tall = _frame(100, 200), _frame(200, 100)
+    results = detector.detect([wide, tall, wide])
+    # one run per shape, first seen first: the two wide frames at 32x64, the tall one at 64x32
+    assert [x.shape for x in dynamic.inputs] == [(2, 3, 32, 64), (1, 3, 64, 32)]
+    assert detector.input_shapes_for([wide, tall], [True, True]) == [(32, 64), (64, 32)]
+    np.testing.assert_array_equal(results[0].xyxy, results[2].xyxy)  # answers in frame order
+    assert not np.array_equal(results[0].xyxy, results[1].xyxy)
+    fixed = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]], InputSpec(None, None, "NCHW", None))
+    Detector(fixed, _config(input_size=(64, 64), letterbox="fixed")).detect([wide, tall])
+    assert [x.shape for x in fixed.inputs] == [(2, 3, 64, 64)]
+    square = ScriptedRuntime([[*BOX, 0.9, 0.0, 0.0]])  # a fixed-size model keeps its size
+    Detector(square, _config()).detect([wide])
+    assert [x.shape for x in square.inputs] == [(1, 3, 64, 64)]
+
+
+def test_fitted_input_finds_the_same_objects_on_real_frames(bus_image: Any) -> None:
+    model = Path(__file__).resolve().parents[2] / "models" / "coco" / "nanodet-coco-int8.onnx"
+    wide = np.ascontiguousarray(bus_image[300:756, :])  # 810x456, about 16:9
+    found: dict[str, list[Detections]] = {}
+    for letterbox in ("fit", "fixed"):
+        config = DetectorConfig(
+            runtime=OnnxRuntimeConfig(model_path=model, intra_op_threads=1),
+            input_size=(320, 320),
+            letterbox=letterbox,
+        )
+        with Detector.from_config(config) as detector:
+            found[letterbox] = detector.detect([bus_image, wide])
+    # the confident objects are the same (weak ones near the cut padding may differ)
+    for fit, fixed in zip(found["fit"], found["fixed"], strict=True):
+        sure = fixed[fixed.confidence >= 0.4]
+        assert len(sure) >= 1
+        iou = box_iou(sure.xyxy, fit.xyxy)
+        assert (iou.max(axis=1) > 0.85).all(), (sure, fit)
+
+
 @pytest.mark.parametrize(
     ("image", "match"),
     [
@@ -418,6 +456,7 @@ def test_onnx_detector_on_bus_matches_the_torch_pipeline(
     config = DetectorConfig(
         runtime=OnnxRuntimeConfig(model_path=yolov5s_onnx, intra_op_threads=2),
         input_size=(320, 320),
+        letterbox="fixed",  # the reference runs the same square input
         confidence_threshold=threshold,
         max_detections=50,
     )

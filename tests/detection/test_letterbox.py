@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from detection import DetectionError, letterbox, letterbox_batch
-from detection.letterbox import PAD_VALUE, letterbox_geometry, scale_up_flags
+from detection.letterbox import PAD_VALUE, fitted_shape, letterbox_geometry, scale_up_flags
 
 
 @pytest.mark.parametrize(
@@ -162,3 +162,26 @@ def test_bad_images_are_rejected(image: np.ndarray, message: str) -> None:  # ty
 def test_empty_batch_is_rejected() -> None:
     with pytest.raises(DetectionError, match="at least one image"):
         letterbox_batch([], (32, 32))
+
+
+@pytest.mark.parametrize(
+    ("src_hw", "max_hw", "scale_up", "expected"),
+    [
+        ((360, 640), (320, 320), True, (192, 320)),  # 16:9: 180 rows of image, padded to 192
+        ((1080, 1920), (320, 416), True, (256, 416)),
+        ((480, 640), (384, 512), True, (384, 512)),  # 4:3 fills a 4:3 input: nothing to cut
+        ((1080, 810), (320, 320), True, (320, 256)),  # portrait (bus.jpg)
+        ((100, 150), (320, 320), False, (128, 160)),  # a crop at native scale
+        ((100, 150), (320, 320), True, (224, 320)),
+        ((320, 320), (320, 320), True, (320, 320)),
+    ],
+)
+def test_fitted_shape_cuts_only_the_padding_beyond_the_stride(
+    src_hw: tuple[int, int], max_hw: tuple[int, int], scale_up: bool, expected: tuple[int, int]
+) -> None:
+    fitted = fitted_shape(src_hw, max_hw, scale_up=scale_up)
+    assert fitted == expected
+    # the same scale as in the full input: boxes come out the same, only padding is gone
+    _, _, full = letterbox_geometry(src_hw, max_hw, scale_up=scale_up)
+    _, _, fit = letterbox_geometry(src_hw, fitted, scale_up=scale_up)
+    assert fit.scale == pytest.approx(full.scale)
