@@ -197,6 +197,33 @@ class EdgeMetrics:
         self.mqtt_connected = Gauge(
             f"{_PREFIX}mqtt_connected", "1 while connected to the MQTT broker.", registry=reg
         )
+        self.media_files = Counter(
+            f"{_PREFIX}media_files",
+            "Event snapshots, crops and clips written (media store).",
+            registry=reg,
+        )
+        self.media_bytes = Counter(
+            f"{_PREFIX}media_bytes", "Bytes of event media written.", registry=reg
+        )
+        self.media_lost = Counter(
+            f"{_PREFIX}media_lost",
+            "Event media not written: `dropped` (queue full), `failed` (raised), `clip_frame` "
+            "(frames missing from clips).",
+            ["reason"],
+            registry=reg,
+        )
+        self.media_deleted = Counter(
+            f"{_PREFIX}media_deleted", "Media files removed by retention.", registry=reg
+        )
+        self.webhook_events = Counter(
+            f"{_PREFIX}webhook_events",
+            "Events the webhook sink finished with, by outcome (`sent`, `failed`, `dropped`).",
+            ["outcome"],
+            registry=reg,
+        )
+        self.webhook_queue = Gauge(
+            f"{_PREFIX}webhook_queue", "Events waiting for the webhook.", registry=reg
+        )
 
         # -- escalation ---------------------------------------------------------------------------
         self.escalations = Counter(
@@ -270,6 +297,13 @@ class EdgeMetrics:
         self.fusion_changes.labels(camera=camera, change=change).inc(
             self._totals.increase(("fusion", camera, change), total)
         )
+
+    def set_total(self, counter: Counter, total: int, **labels: str) -> None:
+        """Feed a running total kept elsewhere (a store's or a sink's stats) into `counter`."""
+        named = [f"{name}={value}" for name, value in sorted(labels.items())]
+        key = (counter._name, *named)  # noqa: SLF001 - the name is public in the exposition
+        increase = self._totals.increase(key, total)
+        (counter.labels(**labels) if labels else counter).inc(increase)
 
     def set_outbox_dropped_total(self, total: int) -> None:
         """Feed the outbox's running count of dropped messages (kept across restarts)."""

@@ -93,6 +93,7 @@ class EdgeAgent:
         self.detector = detector
         self.publisher = publisher
         self.hooks: list[OutcomeHook] = []
+        self.webhook = next((sink for sink in sinks if isinstance(sink, WebhookSink)), None)
         self.media = media
         if media is not None:
             recorders = [media, *recorders]
@@ -457,7 +458,9 @@ class EdgeAgent:
         if self.telemetry is None or now < self._next_metrics_s:
             return
         self._next_metrics_s = now + 1.0
-        self.telemetry.refresh(self.workers, self.status, self.publisher)
+        self.telemetry.refresh(
+            self.workers, self.status, self.publisher, media=self.media, webhook=self.webhook
+        )
 
     def _publish_statuses_if_due(self) -> None:
         now = time.monotonic()

@@ -6,6 +6,8 @@ import time
 from collections.abc import Iterable
 
 from edge_agent.alerts import AlertPublisher
+from edge_agent.alerts.webhook import WebhookSink
+from edge_agent.media.store import MediaStore
 from edge_agent.metrics import CAMERA_STATES, EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
 from edge_agent.pipeline.status import CameraStatus
@@ -45,8 +47,11 @@ class AgentTelemetry:
         workers: Iterable[CameraWorker],
         status: dict[str, CameraStatus],
         publisher: AlertPublisher,
+        media: MediaStore | None = None,
+        webhook: WebhookSink | None = None,
     ) -> None:
-        """Counters and gauges whose truth lives in the sources, workers and outbox."""
+        """Counters and gauges whose truth lives in the sources, workers, outbox, media store
+        and webhook sink."""
         m = self.metrics
         for worker in workers:
             stats = worker.source.stats()
@@ -64,6 +69,23 @@ class AgentTelemetry:
             agreement = worker.cloud_trust.agreement
             if agreement is not None:
                 m.cloud_agreement.labels(camera=camera).set(agreement)
+        if media is not None:
+            kept = media.stats()
+            m.set_total(m.media_files, kept.written)
+            m.set_total(m.media_bytes, kept.bytes_written)
+            m.set_total(m.media_deleted, kept.deleted)
+            m.set_total(m.media_lost, kept.dropped, reason="dropped")
+            m.set_total(m.media_lost, kept.failed, reason="failed")
+            m.set_total(m.media_lost, kept.dropped_frames, reason="clip_frame")
+        if webhook is not None:
+            sent = webhook.stats()
+            for outcome, total in (
+                ("sent", sent.sent),
+                ("failed", sent.failed),
+                ("dropped", sent.dropped),
+            ):
+                m.set_total(m.webhook_events, total, outcome=outcome)
+            m.webhook_queue.set(sent.queued)
         m.outbox_depth.set(publisher.outbox.depth())
         m.set_outbox_dropped_total(publisher.outbox.dropped)
         m.mqtt_connected.set(1 if publisher.connected else 0)

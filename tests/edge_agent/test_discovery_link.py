@@ -15,6 +15,7 @@ import pytest
 
 from edge_agent.alerts.homeassistant import discovery_messages, zone_state_topic
 from edge_agent.config import EdgeAgentConfig
+from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline import EdgeAgent
 from testbed.alert_check import SCENE_CAMERA
 from testbed.scenes.writer import SceneFolder
@@ -56,12 +57,14 @@ def test_agent_announces_entities_and_publishes_zone_changes_only(
     document["homeassistant"] = {"enabled": True}
     url, posted = webhook_receiver
     document["webhook"] = {"url": url, "min_backoff_s": 0.1}
+    document["media"] = {"enabled": True, "directory": str(tmp_path / "media")}
     document["cameras"][0]["file_replay"] = "every_frame"
     config = EdgeAgentConfig.model_validate(document)
     prefix, agent_id = config.mqtt.topic_prefix, config.agent.id
     zone_topic = zone_state_topic(prefix, agent_id, SCENE_CAMERA, "zone-a")
     recorder = MqttRecorder(mosquitto_broker, "#")
-    agent = EdgeAgent.from_config(config)
+    metrics = EdgeMetrics()
+    agent = EdgeAgent.from_config(config, metrics=metrics)
     analysed = [0]
     agent.hooks.append(lambda _outcome: analysed.__setitem__(0, analysed[0] + 1))
     stop = threading.Event()
@@ -107,3 +110,10 @@ def test_agent_announces_entities_and_publishes_zone_changes_only(
     # the webhook got exactly the payloads MQTT got, in the same order
     mqtt_events = [m.payload for m in recorder.messages if "/events/" in m.topic]
     assert mqtt_events and posted == mqtt_events
+    # the sinks' own counts reach Prometheus (refreshed every second while the loop ran)
+    sample = metrics.registry.get_sample_value
+    sent = sample("edge_agent_webhook_events_total", {"outcome": "sent"})
+    assert sent is not None and 0 < sent <= len(posted)
+    written = sample("edge_agent_media_files_total")
+    assert written is not None and written > 0
+    assert sample("edge_agent_media_lost_total", {"reason": "dropped"}) == 0
