@@ -271,7 +271,10 @@ class CameraSource:
         if not is_stream_url(self.url):
             if not Path(self.url).is_file():
                 raise OSError(f"video file not found: {self.url}")
-            return cv2.VideoCapture(self.url, cv2.CAP_FFMPEG, params)
+            # No FFmpeg read timeout on a file: a read starved of CPU past it is cut short, and
+            # the decoder then skips to the next keyframe (a whole GOP of the clip lost; seen
+            # as events 1 s early under load). A file that truly hangs is the watchdog's job.
+            return cv2.VideoCapture(self.url, cv2.CAP_FFMPEG)
         options = ffmpeg_capture_options(self.config.rtsp_transport)
         with _OPEN_ENV_LOCK:
             previous = os.environ.get(_FFMPEG_OPTIONS_ENV)
