@@ -15,10 +15,10 @@ import numpy.typing as npt
 
 from detection.detections import Detections
 from edge_agent.config.camera import CameraConfig
+from edge_agent.rules.geometry import pixel_points
 
 __all__ = ["annotate", "pixel_points"]
 
-Point = tuple[float, float]
 Image = npt.NDArray[np.uint8]
 
 _ZONE_BGR = (255, 160, 0)
@@ -28,17 +28,6 @@ _UNTRACKED_BGR = (160, 160, 160)
 _HIGHLIGHT_BGR = (0, 0, 255)
 _ZONE_ALPHA = 0.18
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
-
-
-def pixel_points(
-    points: Sequence[Sequence[float]], units: str, frame_size: tuple[int, int]
-) -> list[Point]:
-    """`points` in pixels of a `frame_size` (width, height) frame; `units` is `pixel` or
-    `normalized` (0..1 of the width and height)."""
-    if units == "pixel":
-        return [(float(x), float(y)) for x, y in points]
-    width, height = frame_size
-    return [(float(x) * width, float(y) * height) for x, y in points]
 
 
 def _scale(image: Image) -> float:

@@ -467,11 +467,9 @@ class EdgeAgent:
         if now < self._next_status_s:
             return
         self._next_status_s = now + self.config.mqtt.status_interval_s
-        for worker in self.workers:
-            self._publish_status(worker)
-        for name, status in self.status.items():
-            if status.state == "error" and not any(w.name == name for w in self.workers):
-                self.publisher.publish_status(name, self._document(name, status, 0, 0, 0))
+        # every camera, those left off by an error (no worker) included
+        for name, document in self.status_documents().items():
+            self.publisher.publish_status(name, document)
 
     def _publish_status(self, worker: CameraWorker, *, final: bool = False) -> None:
         """Publish `worker`'s status; a `final` one (clean stop) never expires on the broker."""

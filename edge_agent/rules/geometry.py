@@ -90,3 +90,14 @@ def crossing_direction(
         return None
     now_left = s1 < 0.0
     return "in" if now_left == (in_side == "left") else "out"
+
+
+def pixel_points(
+    points: Sequence[Sequence[float]], units: str, frame_size: tuple[int, int]
+) -> list[Point]:
+    """`points` in pixels of a `frame_size` (width, height) frame; `units` is `pixel` or
+    `normalized` (0..1 of the width and height). Rules and drawings place zones alike."""
+    if units == "pixel":
+        return [(float(x), float(y)) for x, y in points]
+    width, height = frame_size
+    return [(float(x) * width, float(y) * height) for x, y in points]

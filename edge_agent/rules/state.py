@@ -8,7 +8,7 @@ from typing import Literal
 
 from edge_agent.config.geometry import LineConfig, Point, ZoneConfig
 from edge_agent.rules.events import Box, Direction, RuleEvent
-from edge_agent.rules.geometry import crossing_direction
+from edge_agent.rules.geometry import crossing_direction, pixel_points
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Zone:
     @classmethod
     def from_config(cls, zone: ZoneConfig, frame_size: tuple[int, int]) -> Zone:
         """`zone` resolved to pixels of a frame `frame_size` `(width, height)` large."""
-        return cls(zone.name, tuple(_resolve(zone.points, zone.units, frame_size)))
+        return cls(zone.name, tuple(pixel_points(zone.points, zone.units, frame_size)))
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Line:
     @classmethod
     def from_config(cls, line: LineConfig, frame_size: tuple[int, int]) -> Line:
         """`line` resolved to pixels of a frame `frame_size` `(width, height)` large."""
-        a, b = _resolve(line.points, line.units, frame_size)
+        a, b = pixel_points(line.points, line.units, frame_size)
         return cls(line.name, a, b, line.in_side)
 
     def holds(self, point: Point) -> bool:
@@ -105,10 +105,3 @@ class TrackState:
             if not line.holds(anchor):
                 self.line_anchor[line.name] = anchor
         return TrackChange(frozenset(entered), frozenset(exited), crossings)
-
-
-def _resolve(points: Sequence[Point], units: str, frame_size: tuple[int, int]) -> list[Point]:
-    if units == "pixel":
-        return [(float(x), float(y)) for x, y in points]
-    width, height = frame_size
-    return [(float(x) * width, float(y) * height) for x, y in points]
