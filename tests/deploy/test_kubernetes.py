@@ -14,6 +14,8 @@ import os
 import pwd
 import re
 import shutil
+import socket
+import struct
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from cloud_service.server import SERVICE_NAME
 from configkit.yaml_loader import parse_config
 from testbed.broker import mosquitto_executable
 from testbed.envoy import CLOUD_CLUSTER, GRPC_LISTENER
-from testbed.processes import ManagedProcess, free_tcp_port, tcp_port_accepts
+from testbed.processes import ManagedProcess, free_tcp_port
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
@@ -514,6 +516,23 @@ def _mosquitto_conf(tmp_path: Path, port: int) -> Path:
     return path
 
 
+def _mqtt_login_accepted(port: int, username: str, password: str) -> bool:
+    """Whether an MQTT 3.1.1 CONNECT with this login gets a CONNACK that accepts it."""
+
+    def field(text: str) -> bytes:
+        data = text.encode()
+        return struct.pack("!H", len(data)) + data
+
+    body = field("MQTT") + bytes([4, 0xC2]) + struct.pack("!H", 10)
+    body += field("k8s-test") + field(username) + field(password)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0) as conn:
+            conn.sendall(bytes([0x10, len(body)]) + body)
+            return conn.recv(4) == bytes([0x20, 2, 0, 0])
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(
     mosquitto_executable() is None or shutil.which("mosquitto_passwd") is None,
     reason="mosquitto (with mosquitto_passwd) not installed",
@@ -529,11 +548,17 @@ def test_mosquitto_conf_starts_a_real_broker(tmp_path: Path) -> None:
     broker = ManagedProcess(
         "mosquitto",
         [str(mosquitto_executable()), "-c", str(_mosquitto_conf(tmp_path, port))],
-        ready_check=lambda: tcp_port_accepts("127.0.0.1", port),
+        # a login is answered from the main loop, after the signal handlers are in: a SIGTERM
+        # sent while only the port accepts is not the clean shutdown that writes the database
+        ready_check=lambda: _mqtt_login_accepted(port, "bridge", "secret"),
     )
     broker.start(ready_timeout_s=START_TIMEOUT_S)
     try:
         assert broker.running, broker.output_tail()
     finally:
-        broker.stop()
-    assert (tmp_path / "mosquitto.db").is_file()  # persistence is on and writes where told
+        # the database is written (and synced) on the way out: a busy disk may take seconds
+        status = broker.stop(term_timeout_s=60.0)
+    files = sorted(path.name for path in tmp_path.iterdir())
+    assert status == 0, f"exit status {status}\n{broker.output_tail()}"
+    # persistence is on and writes where told
+    assert (tmp_path / "mosquitto.db").is_file(), f"{files}\n{broker.output_tail()}"
