@@ -194,10 +194,11 @@ class CameraPipeline:
             )
             detections, may_start = merged.detections, merged.may_start
             self.counters.focus_crops += len(focus)
-        tracked = self.tracker.update(frame.image, detections, may_start)
+        tracked = self.tracker.update(frame.image, detections, may_start, self._steps(frame))
         tracked_at = self._timer()
+        origins = {t.track_id: t.origin for t in self.tracker.tracker.tracks}
         events = self.withdrawn() + self._rules_for(frame).update(
-            observed(tracked, detections), frame.capture_time_s
+            observed(tracked, detections), frame.capture_time_s, origins
         )
         ruled_at = self._timer()
         decision = self._decide(frame, tracked)
@@ -286,6 +287,14 @@ class CameraPipeline:
         self._escalated[frame_index] = (self.tracker.tracker.frame_index, regions)
         while len(self._escalated) > ESCALATED_KEPT:
             del self._escalated[next(iter(self._escalated))]
+
+    def _steps(self, frame: CapturedFrame) -> int:
+        """Frame intervals at the camera's `target_fps` since the last analysed frame, at least
+        1: a slow box that skips frames moves its tracks as far as the objects went."""
+        last = self.last_frame_time_s
+        if last is None:
+            return 1
+        return max(1, round((frame.capture_time_s - last) * self.config.target_fps))
 
     def _rules_for(self, frame: CapturedFrame) -> RuleEngine:
         height, width = frame.image.shape[:2]

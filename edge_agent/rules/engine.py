@@ -21,7 +21,7 @@ occupancy); `end` events are never held back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -116,10 +116,19 @@ class RuleEngine:
             for name in self._context.zones
         }
 
-    def update(self, detections: Detections, timestamp_s: float) -> list[RuleEvent]:
+    def update(
+        self,
+        detections: Detections,
+        timestamp_s: float,
+        origins: Mapping[int, Box] | None = None,
+    ) -> list[RuleEvent]:
         """Events raised by one frame; detections without a track (`tracker_id < 0`) are ignored.
 
         Timestamps must not go backwards. A track id seen twice in one frame keeps its first box.
+        `origins` gives, per track id, the box where the tracker first saw the track (before it
+        was confirmed): a track new to the rules starts from there, so one confirmed only after
+        it walked into a zone or over a line still enters or crosses it (now). Without an
+        origin a new track starts where it is and enters nothing.
         """
         if self._last_timestamp_s is not None and timestamp_s < self._last_timestamp_s:
             raise ValueError(
@@ -140,7 +149,10 @@ class RuleEngine:
         for k, row in enumerate(rows):
             anchor = (float(anchors[k, 0]), float(anchors[k, 1]))
             in_zones = {name: bool(flags[k]) for name, flags in inside.items()}
-            events += self._update_track(detections, int(row), anchor, in_zones, timestamp_s)
+            origin = None if origins is None else origins.get(int(detections.tracker_id[row]))
+            events += self._update_track(
+                detections, int(row), anchor, in_zones, timestamp_s, origin
+            )
         events += self._forget(timestamp_s)
         for evaluator in self._evaluators:
             events += evaluator.end_frame(timestamp_s)
@@ -153,6 +165,7 @@ class RuleEngine:
         anchor: Point,
         in_zones: dict[str, bool],
         timestamp_s: float,
+        origin: Box | None = None,
     ) -> list[RuleEvent]:
         track_id = int(detections.tracker_id[row])
         x1, y1, x2, y2 = (float(v) for v in detections.xyxy[row])
@@ -168,6 +181,11 @@ class RuleEngine:
         track.class_id, track.box = class_id, box
         track.confidence = max(track.confidence, confidence)
         track.last_seen_s = timestamp_s
+        if is_new and origin is not None:
+            (x, y), zones = bottom_centres(origin)[0], self._context.zones.items()
+            born_in = {name: bool(points_in_polygon([(x, y)], z.points)[0]) for name, z in zones}
+            track.move((float(x), float(y)), born_in, self._lines, timestamp_s, is_new=True)
+            is_new = False
         change = track.move(anchor, in_zones, self._lines, timestamp_s, is_new=is_new)
         events: list[RuleEvent] = []
         for evaluator in self._evaluators:

@@ -56,16 +56,18 @@ class CameraTracker:
         frame: npt.NDArray[np.uint8],
         detections: Detections,
         may_start: npt.NDArray[np.bool_] | None = None,
+        steps: int = 1,
     ) -> Detections:
         """Advance one frame; returns `detections` with `tracker_id` filled in (-1: untracked).
 
-        `may_start`: which detections may start a track (see `DeepSortTracker.update`)."""
+        `may_start`: which detections may start a track; `steps`: camera frame intervals since
+        the last update (see `DeepSortTracker.update`)."""
         if isinstance(self.embedder, NoEmbedder) or not len(detections):
-            return self.tracker.update(detections, may_start=may_start)
+            return self.tracker.update(detections, may_start=may_start, steps=steps)
         if self.embed_policy == "all":
             embeddings = self.embedder.embed(frame, detections.xyxy)
             self.embedded_boxes += len(detections)
-            return self.tracker.update(detections, embeddings, may_start=may_start)
+            return self.tracker.update(detections, embeddings, may_start=may_start, steps=steps)
 
         def embed(indices: list[int]) -> Float32Array | None:
             if not indices:
@@ -73,7 +75,7 @@ class CameraTracker:
             self.embedded_boxes += len(indices)
             return self.embedder.embed(frame, detections.xyxy[indices])
 
-        return self.tracker.update(detections, embed=embed, may_start=may_start)
+        return self.tracker.update(detections, embed=embed, may_start=may_start, steps=steps)
 
 
 def observed(tracked: Detections, detections: Detections) -> Detections:

@@ -29,7 +29,8 @@ class Track:
     """A single tracked object.
 
     `age` counts frames since creation, `hits` the matched frames, `time_since_update` the
-    frames since the last match. `history` keeps the last `(frame_index, xyxy)` measurements.
+    frames since the last match. `history` keeps the last `(frame_index, xyxy)` measurements,
+    `origin` the box of the detection the track was born from.
     """
 
     def __init__(
@@ -66,6 +67,10 @@ class Track:
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
         self.history: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
         self._record(frame_index, xyxy, feature)
+        # where the track was born (tentative): rules see a track only once it is confirmed,
+        # and one confirmed across a zone edge or a line still entered or crossed it
+        x1, y1, x2, y2 = (float(v) for v in self.history[0][1])
+        self.origin: tuple[float, float, float, float] = (x1, y1, x2, y2)
 
     @property
     def class_id(self) -> int:
@@ -101,9 +106,12 @@ class Track:
             return np.empty((0, 0), dtype=np.float64)
         return np.stack(list(self.features))
 
-    def predict(self, kalman: KalmanFilter) -> None:
-        """Advance the state one frame."""
-        self.mean, self.covariance = kalman.predict(self.mean, self.covariance)
+    def predict(self, kalman: KalmanFilter, steps: int = 1) -> None:
+        """Advance the state to the next analysed frame, `steps` frame intervals of the camera
+        later (more than one when frames in between were not analysed); `age` and
+        `time_since_update` count analysed frames."""
+        for _ in range(max(1, steps)):
+            self.mean, self.covariance = kalman.predict(self.mean, self.covariance)
         self.age += 1
         self.time_since_update += 1
 

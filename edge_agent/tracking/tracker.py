@@ -124,6 +124,7 @@ class DeepSortTracker:
         *,
         embed: EmbedFunction | None = None,
         may_start: npt.NDArray[np.bool_] | None = None,
+        steps: int = 1,
     ) -> Detections:
         """Advance one frame; returns a new `Detections` with `tracker_id` filled in.
 
@@ -131,13 +132,16 @@ class DeepSortTracker:
         called at most once with the indices of the detections that need a feature.
         `may_start` (one flag per detection) marks those that may start a track when no track
         takes them; the others can only continue one (default: all may).
+        `steps`: frame intervals of the camera since the last update (the motion model moves
+        the tracks that far; more than 1 when frames were skipped), capped at `max_age_frames`.
         """
         if embeddings is not None and embed is not None:
             raise ValueError("pass embeddings or embed, not both")
         features = self._check_embeddings(detections, embeddings)
         self.frame_index += 1
+        steps = min(max(1, int(steps)), self.max_age_frames)
         for track in self.tracks:
-            track.predict(self.kalman)
+            track.predict(self.kalman, steps)
 
         conf = detections.confidence
         high = [int(i) for i in np.flatnonzero(conf >= self.confidence_threshold)]

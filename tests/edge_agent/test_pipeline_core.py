@@ -148,3 +148,30 @@ def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: 
         assert worker.fusion.relabel is False and worker.fusion.vouch == 0  # the defaults
     finally:
         hybrid.close(flush_timeout_s=0.1)
+
+
+def test_frames_the_loop_skipped_move_the_tracks_on_the_capture_clock() -> None:
+    """A box moving 6 px per camera frame (20 wide), analysed at frames 0-4 and then 8: the
+    gap of 0.4 s at 10 fps is 4 steps of the motion model, so the track keeps its object."""
+    pipeline = CameraPipeline(_camera(zones=[], rules=[]), _tracker(), ["person"])
+    ids = []
+    for index in (0, 1, 2, 3, 4, 8):
+        frame = _frame(index)
+        assert pipeline.admit(frame)
+        box = Detections(
+            np.array([[6.0 * index, 40, 6.0 * index + 20, 60]]), np.array([0.9]), np.array([0])
+        )
+        ids.append(int(pipeline.process(frame, box).detections.tracker_id[0]))
+    assert len(set(ids)) == 1 and ids[0] > 0
+
+
+def test_a_track_confirmed_inside_a_zone_entered_it() -> None:
+    """Tracks confirm on their second detection (n_init 2): the first was outside the zone."""
+    tracker = CameraTracker.from_config(TrackerConfig(embedder="none", n_init=2), 0.3, NoEmbedder())
+    pipeline = CameraPipeline(_camera(), tracker, ["person"])
+    events = []
+    for index, x in enumerate((96.0, 76.0, 74.0)):  # bottom-centres 116, 96, 94: z ends at 100
+        frame = _frame(index)
+        assert pipeline.admit(frame)
+        events += pipeline.process(frame, _box(x, 0.9)).events
+    assert [(e.kind, e.timestamp_s) for e in events] == [("zone_enter", 100.1)]

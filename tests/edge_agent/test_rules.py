@@ -234,6 +234,38 @@ def test_first_seen_inside_raises_no_enter_and_vanishing_inside_no_exit() -> Non
     assert engine.track_ids == []  # forgotten after the timeout
 
 
+def _box(x: float, y: float) -> tuple[float, float, float, float]:
+    """The `_dets` box whose bottom-centre is `(x, y)`."""
+    return (x - 5, y - 20, x + 5, y)
+
+
+@pytest.mark.parametrize(
+    ("born_at", "expected"),
+    [
+        ((80.0, 150.0), [("zone_enter", "start", 4, 0.0)]),  # born outside: it walked in
+        ((120.0, 150.0), []),  # born inside: first seen inside, as without an origin
+        (None, []),
+    ],
+)
+def test_a_track_confirmed_inside_enters_from_where_it_was_born(
+    born_at: tuple[float, float] | None, expected: list[tuple[Any, ...]]
+) -> None:
+    """The tracker confirms a track frames after its first detection; a slow box that skips
+    frames confirms one already inside a zone near the frame edge. Its birth box decides."""
+    engine = _engine([{"name": "in", "kind": "zone_enter", "zone": "zone-a"}])
+    origins = {} if born_at is None else {4: _box(*born_at)}
+    events = engine.update(_dets([(4, 150, 150)]), 0.0, origins)
+    events += engine.update(_dets([(4, 160, 150)]), 0.1, {4: _box(10.0, 150.0)})  # known now
+    assert _summary(events) == expected
+
+
+def test_a_track_confirmed_past_a_line_crossed_it_from_where_it_was_born() -> None:
+    engine = _engine([{"name": "x", "kind": "line_cross", "line": "line-a"}])
+    (event,) = engine.update(_dets([(2, 320, 100)]), 0.5, {2: _box(280.0, 100.0)})
+    assert (event.direction, event.timestamp_s) == ("in", 0.5)
+    assert engine.update(_dets([(3, 320, 100)]), 0.6, {3: _box(310.0, 100.0)}) == []
+
+
 @pytest.mark.parametrize(
     ("xs", "wanted", "expected"),
     [

@@ -168,6 +168,21 @@ def test_confirms_after_n_init_and_keeps_id_through_a_miss() -> None:
     assert [f for f, _ in track.history][-2:] == [10, 11]
 
 
+@pytest.mark.parametrize(("steps", "same_track"), [(4, True), (1, False)])
+def test_skipped_frames_move_the_tracks_as_far_as_the_objects_went(
+    steps: int, same_track: bool
+) -> None:
+    """An object at 15 px per camera frame, analysed every frame and then after a gap of 4:
+    told the gap, the motion model predicts it 60 px on and keeps it; one frame ahead it does
+    not overlap the box any more and the object gets a new track."""
+    tracker = DeepSortTracker(n_init=1, max_age_frames=10)
+    frames = [tracker.update(_dets([_box(50 + 15 * f, 60)])) for f in range(6)]
+    after = tracker.update(_dets([_box(50 + 15 * 9, 60)]), steps=steps)
+    assert (int(after.tracker_id[0]) == int(frames[-1].tracker_id[0])) is same_track
+    kept = {t.track_id: t for t in tracker.tracks}[int(frames[-1].tracker_id[0])]
+    assert kept.age == 7  # age counts analysed frames, whatever the gap
+
+
 def test_deletes_after_max_age() -> None:
     tracker = DeepSortTracker(n_init=1, max_age_frames=3)
     tracker.update(_dets([_box(50, 50)]))
