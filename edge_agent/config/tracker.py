@@ -78,6 +78,19 @@ class TrackerConfig(StrictModel):
         ),
     )
 
+    new_track_min_score: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "A detection left unmatched starts a new track only when it scores at least this "
+            "(ByteTrack's new-track threshold); null: `detector.confidence_threshold` + 0.1, "
+            "as ByteTrack. Never below the detector's threshold. Matched detections continue "
+            "tracks from the detector's threshold (and from `low_score_threshold` in the "
+            "second pass)."
+        ),
+    )
+
     @model_validator(mode="after")
     def _check_embedder(self) -> Self:
         if self.embedder == "mobilenetv2" and self.embedder_model_path is None:

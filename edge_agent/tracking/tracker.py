@@ -23,6 +23,10 @@ from edge_agent.tracking.track import Track
 
 #: `embed(detection_indices) -> features (len(indices), d)`, or None for no appearance.
 EmbedFunction = Callable[[list[int]], npt.ArrayLike | None]
+#: How far above `confidence_threshold` a detection must score to start a track by default
+#: (ByteTrack's `det_thresh = track_thresh + 0.1`): weak boxes continue tracks, strong ones
+#: start them. Measured with `bench.edge_peers`: fewer false tracks, MOTA and IDF1 up.
+NEW_TRACK_MARGIN = 0.1
 
 
 def _check_range(
@@ -66,6 +70,7 @@ class DeepSortTracker:
         history_size: int = 30,
         feature_refresh_frames: int = 10,
         isolation_margin: float = 0.5,
+        new_track_min_score: float | None = None,
     ) -> None:
         _check_range("max_age_frames", max_age_frames, 1, 10_000)
         _check_range("n_init", n_init, 1, 100)
@@ -96,6 +101,12 @@ class DeepSortTracker:
         self.history_size = int(history_size)
         self.feature_refresh_frames = int(feature_refresh_frames)
         self.isolation_margin = float(isolation_margin)
+        if new_track_min_score is None:  # ByteTrack's rule: 0.1 above the matching threshold
+            new_track_min_score = min(self.confidence_threshold + NEW_TRACK_MARGIN, 1.0)
+        _check_range("new_track_min_score", new_track_min_score, 0.0, 1.0)
+        # a detection must score this much to start a track (it continues one from
+        # `confidence_threshold`, or from `low_score_threshold` in the second pass)
+        self.new_track_min_score = max(self.confidence_threshold, float(new_track_min_score))
         self.kalman = KalmanFilter()
         self.tracks: list[Track] = []
         self.frame_index = -1
@@ -115,6 +126,7 @@ class DeepSortTracker:
             confidence_threshold=confidence_threshold,
             feature_refresh_frames=config.embed_refresh_frames,
             isolation_margin=config.embed_isolation_margin,
+            new_track_min_score=config.new_track_min_score,
         )
 
     def update(
@@ -197,6 +209,8 @@ class DeepSortTracker:
                 confidence[d] = max(float(confidence[d]), track.vouched_score)  # cloud-vouched
         for d in first.unmatched_detections:
             if may_start is not None and not may_start[d]:
+                continue
+            if conf[d] < self.new_track_min_score:
                 continue
             self._start_track(detections, xyah, features if embedded[d] else None, d)
             if self.tracks[-1].is_confirmed:

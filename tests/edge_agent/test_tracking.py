@@ -183,6 +183,21 @@ def test_skipped_frames_move_the_tracks_as_far_as_the_objects_went(
     assert kept.age == 7  # age counts analysed frames, whatever the gap
 
 
+@pytest.mark.parametrize(("new_track_min_score", "starts"), [(None, False), (0.3, True)])
+def test_weak_boxes_continue_tracks_but_only_strong_ones_start_them(
+    new_track_min_score: float | None, starts: bool
+) -> None:
+    """ByteTrack's rule by default: a track starts 0.1 above the matching threshold."""
+    tracker = DeepSortTracker(
+        n_init=1, confidence_threshold=0.3, new_track_min_score=new_track_min_score
+    )
+    first = tracker.update(_dets([_box(50, 50), _box(300, 50)], conf=[0.9, 0.35]))
+    assert bool(first.tracker_id[1] > 0) is starts
+    later = tracker.update(_dets([_box(52, 50)], conf=0.35))  # 0.35 continues the strong one
+    assert int(later.tracker_id[0]) == int(first.tracker_id[0])
+    assert tracker.new_track_min_score == (0.4 if new_track_min_score is None else 0.3)
+
+
 def test_deletes_after_max_age() -> None:
     tracker = DeepSortTracker(n_init=1, max_age_frames=3)
     tracker.update(_dets([_box(50, 50)]))
@@ -293,6 +308,7 @@ def test_embeddings_shape_is_checked() -> None:
         ),
         ({"feature_refresh_frames": 0}, r"feature_refresh_frames must be in \[1, 10000\], got 0"),
         ({"isolation_margin": -1.0}, r"isolation_margin must be in \[0.0, 10.0\], got -1.0"),
+        ({"new_track_min_score": 1.5}, r"new_track_min_score must be in \[0.0, 1.0\], got 1.5"),
     ],
 )
 def test_bad_hyper_parameters_raise(kwargs: dict[str, Any], message: str) -> None:
