@@ -198,17 +198,6 @@ def test_weak_boxes_continue_tracks_but_only_strong_ones_start_them(
     assert tracker.new_track_min_score == (0.4 if new_track_min_score is None else 0.3)
 
 
-def test_confirmed_tracks_take_their_boxes_before_tentative_ones() -> None:
-    """ByteTrack's order: a box closer to a track born a frame ago still goes to the
-    confirmed track it also overlaps (IoU 0.45 against 0.78)."""
-    tracker = DeepSortTracker(n_init=2, confidence_threshold=0.3)
-    tracker.update(_dets([_box(100, 100)]))
-    confirmed = tracker.update(_dets([_box(100, 100), _box(120, 100)]))
-    assert int(confirmed.tracker_id[0]) > 0 and int(confirmed.tracker_id[1]) == -1
-    taken = tracker.update(_dets([_box(115, 100)]))
-    assert int(taken.tracker_id[0]) == int(confirmed.tracker_id[0])
-
-
 def test_deletes_after_max_age() -> None:
     tracker = DeepSortTracker(n_init=1, max_age_frames=3)
     tracker.update(_dets([_box(50, 50)]))
