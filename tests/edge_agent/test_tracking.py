@@ -183,11 +183,11 @@ def test_skipped_frames_move_the_tracks_as_far_as_the_objects_went(
     assert kept.age == 7  # age counts analysed frames, whatever the gap
 
 
-@pytest.mark.parametrize(("new_track_min_score", "starts"), [(None, False), (0.3, True)])
+@pytest.mark.parametrize(("new_track_min_score", "starts"), [(None, True), (0.4, False)])
 def test_weak_boxes_continue_tracks_but_only_strong_ones_start_them(
     new_track_min_score: float | None, starts: bool
 ) -> None:
-    """ByteTrack's rule by default: a track starts 0.1 above the matching threshold."""
+    """By default a track starts at the matching threshold; ByteTrack's rule is 0.1 above."""
     tracker = DeepSortTracker(
         n_init=1, confidence_threshold=0.3, new_track_min_score=new_track_min_score
     )
@@ -195,7 +195,7 @@ def test_weak_boxes_continue_tracks_but_only_strong_ones_start_them(
     assert bool(first.tracker_id[1] > 0) is starts
     later = tracker.update(_dets([_box(52, 50)], conf=0.35))  # 0.35 continues the strong one
     assert int(later.tracker_id[0]) == int(first.tracker_id[0])
-    assert tracker.new_track_min_score == (0.4 if new_track_min_score is None else 0.3)
+    assert tracker.new_track_min_score == (0.3 if new_track_min_score is None else 0.4)
 
 
 def test_deletes_after_max_age() -> None:
