@@ -34,7 +34,7 @@ from edge_agent.config import EdgeAgentConfig
 from edge_agent.detect_command import read_frames
 from edge_agent.pipeline.core import CameraPipeline
 from edge_agent.tracking import CameraTracker, NoEmbedder
-from testbed.alert_check import load_expected, match_events, scene_agent_config
+from testbed.alert_check import SceneEvent, load_expected, match_events, scene_agent_config
 from testbed.tracking_eval import ensure_scene
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ class SceneRun:
     fps: float
     images: list[npt.NDArray[np.uint8]]
     detections: list[Detections]
-    events_json: Path
+    expected: list[SceneEvent]  # the scene's scripted events
 
 
 def load_scene(seed: int, work: Path) -> SceneRun:
@@ -119,10 +119,10 @@ def load_scene(seed: int, work: Path) -> SceneRun:
     detector = detector_for(config)
     images = list(read_frames(str(scene.video), scene.n_frames))
     detections = [detector.detect([image])[0] for image in images]
-    fps = float(json.loads((scene.root / "events.json").read_text())["fps"])
-    return SceneRun(
-        scene.root.name, config, names, fps, images, detections, scene.root / "events.json"
-    )
+    events_json = scene.root / "events.json"
+    fps = float(json.loads(events_json.read_text())["fps"])
+    expected = load_expected(events_json)
+    return SceneRun(scene.root.name, config, names, fps, images, detections, expected)
 
 
 def run_pattern(scene: SceneRun, keep: Keep) -> tuple[int, int, int, int, float]:
@@ -144,10 +144,10 @@ def run_pattern(scene: SceneRun, keep: Keep) -> tuple[int, int, int, int, float]
             continue
         analysed += 1
         events += pipeline.process(frame, detections).events
-    expected = load_expected(scene.events_json)
-    match = match_events(expected, observed_events(events, scene.class_names))
+    match = match_events(scene.expected, observed_events(events, scene.class_names))
     fraction = analysed / max(len(scene.images), 1)
-    return len(expected), len(match.matched), len(match.missing), len(match.unexpected), fraction
+    expected = len(scene.expected)
+    return expected, len(match.matched), len(match.missing), len(match.unexpected), fraction
 
 
 def markdown(tallies: Sequence[Tally], scenes: Sequence[str], wall_s: float) -> str:
