@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
 
 from cloud_service.batching import DynamicBatcher
 from cloud_service.config import BatchingConfig, CloudServiceConfig
@@ -14,11 +17,8 @@ from cloud_service.decoders.factory import create_decoder
 from cloud_service.engines import Engine, create_engine
 from cloud_service.jpeg import BgrImage
 from cloud_service.metrics import MetricsExporter, ServiceMetrics, start_metrics_exporter
-from cloud_service.processor import (
-    DetectorFrameProcessor,
-    ModelInfo,
-    ScaleAwareDetector,
-)
+from cloud_service.models import ModelTable, ServedModel, TrafficSplit
+from cloud_service.processor import DetectorFrameProcessor, ModelInfo
 from cloud_service.server import (
     DrainingServer,
     ServerBindError,
@@ -26,9 +26,12 @@ from cloud_service.server import (
     serve_until_signalled,
 )
 from cloud_service.servicer import InferenceServicer
+from configkit.signals import set_on_signals
+from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
 from detection.model_metadata import model_file_of, model_identity
+from detection.runtimes.config import TritonConfig
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +43,8 @@ class SerializedDetector:
     gain nothing over a batch.
     """
 
-    def __init__(self, detector: ScaleAwareDetector) -> None:
-        self._detector = detector
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self._lock = threading.Lock()
 
     def detect(
@@ -49,7 +52,7 @@ class SerializedDetector:
     ) -> list[Detections]:
         """Detect on `images` while holding the lock (`scale_up`: see `Engine.detect`)."""
         with self._lock:
-            return self._detector.detect(images, scale_up=scale_up)
+            return self.engine.detect(images, scale_up=scale_up)
 
 
 class BatcherDrainingServer(DrainingServer):
@@ -70,7 +73,11 @@ class BatcherDrainingServer(DrainingServer):
 
 @dataclass
 class CloudService:
-    """A built service: the server (not started), its port, the batcher and engine it owns."""
+    """A built service: the server (not started), its port, the batcher and the models it owns.
+
+    `engine` is the stable engine it started with; `models` holds what answers now (`reload`
+    swaps it).
+    """
 
     server: DrainingServer
     port: int
@@ -78,12 +85,55 @@ class CloudService:
     metrics: ServiceMetrics
     engine: Engine
     decoder: Decoder
+    models: ModelTable
+    config: CloudServiceConfig
+
+    def reload(self, config: CloudServiceConfig) -> bool:
+        """Load the models of `config` and swap them in without dropping a frame.
+
+        Only the model sections change live (`engine`, `candidate`, `slicing`, `model_name`,
+        `model_version`); other changes are logged as needing a restart. The new models are
+        loaded and warmed up while the old ones keep answering; a load that fails leaves the old
+        ones in place (logged). Returns whether the models were swapped.
+        """
+        if _model_sections(config) == _model_sections(self.config):
+            logger.info("reload: the model sections are unchanged")
+            _warn_restart_needed(self.config, config)
+            return False
+        try:
+            stable, candidate, split = build_models(config)
+        except Exception:
+            logger.exception("reload: loading the new models failed; the old ones keep answering")
+            return False
+        self.models.replace(stable, candidate, split)
+        _warn_restart_needed(self.config, config)
+        self.config = self.config.model_copy(
+            update={name: getattr(config, name) for name in _MODEL_SECTIONS}
+        )
+        return True
 
     def close(self) -> None:
-        """Stop the batcher, release the engine and the decoder's threads (after the server)."""
+        """Stop the batcher, release the models and the decoder's threads (after the server)."""
         self.batcher.stop(0.0)
-        self.engine.close()
+        self.models.close()
         self.decoder.close()
+
+
+_MODEL_SECTIONS = ("engine", "candidate", "slicing", "model_name", "model_version")
+
+
+def _model_sections(config: CloudServiceConfig) -> dict[str, object]:
+    return {name: getattr(config, name) for name in _MODEL_SECTIONS}
+
+
+def _warn_restart_needed(old: CloudServiceConfig, new: CloudServiceConfig) -> None:
+    changed = [
+        name
+        for name in type(new).model_fields
+        if name not in _MODEL_SECTIONS and getattr(old, name) != getattr(new, name)
+    ]
+    if changed:
+        logger.warning("reload: %s changed; these take effect on a restart", ", ".join(changed))
 
 
 def batching_for(engine: Engine, config: BatchingConfig) -> BatchingConfig:
@@ -95,36 +145,97 @@ def batching_for(engine: Engine, config: BatchingConfig) -> BatchingConfig:
     return config.model_copy(update={"preferred_batch_sizes": sizes, "max_batch_size": sizes[0]})
 
 
-def model_info(config: CloudServiceConfig, detector: Detector) -> ModelInfo:
+def model_info(
+    config: CloudServiceConfig,
+    detector: Detector,
+    *,
+    engine: DetectorConfig | None = None,
+    name: str | None = None,
+    version: str | None = None,
+) -> ModelInfo:
     """What answers report about the model: `model_name` / `model_version` from the config, else
     from the model's metadata (else its file stem and "1"); class names from the detector (the
-    config's `engine.class_names`, else the model's own)."""
-    found = model_file_of(config.engine.runtime)
-    name, version = model_identity(
+    config's `engine.class_names`, else the model's own). `engine`, `name` and `version` stand
+    for the config's own for another model (the candidate)."""
+    runtime = (engine or config.engine).runtime
+    found = model_file_of(runtime)
+    stem = found[1] if found is not None else None
+    if isinstance(runtime, TritonConfig):
+        stem = Path(runtime.model_name)
+    model_name, model_version = model_identity(
         detector.metadata,
-        found[1] if found is not None else None,
-        config.model_name,
-        config.model_version,
+        stem,
+        name if engine is not None else config.model_name,
+        version if engine is not None else config.model_version,
     )
-    return ModelInfo(name=name, version=version, class_names=detector.class_names)
+    return ModelInfo(name=model_name, version=model_version, class_names=detector.class_names)
+
+
+def _served(engine: Engine, info: ModelInfo) -> ServedModel:
+    return ServedModel(
+        detector=SerializedDetector(engine),
+        info=info,
+        answered_version=lambda: engine.answered_version,
+        close=engine.close,
+    )
+
+
+def _load_engine(config: CloudServiceConfig, detector_config: DetectorConfig, what: str) -> Engine:
+    engine = create_engine(
+        detector_config, max_batch_size=config.batching.max_batch_size, slicing=config.slicing
+    )
+    try:
+        warm_up_ms = engine.warm_up()
+    except Exception:
+        engine.close()
+        raise
+    logger.info("%s engine warm-up (batch size: ms): %s", what, warm_up_ms)
+    return engine
+
+
+def build_models(
+    config: CloudServiceConfig,
+) -> tuple[ServedModel, ServedModel | None, TrafficSplit | None]:
+    """Load and warm up the stable model and the candidate of `config` (if any)."""
+    engine = _load_engine(config, config.engine, "stable")
+    stable = _served(engine, model_info(config, engine.detector))
+    if config.candidate is None:
+        return stable, None, None
+    candidate_config = config.candidate
+    try:
+        candidate_engine = _load_engine(config, candidate_config.engine, "candidate")
+    except Exception:
+        engine.close()
+        raise
+    info = model_info(
+        config,
+        candidate_engine.detector,
+        engine=candidate_config.engine,
+        name=candidate_config.model_name,
+        version=candidate_config.model_version,
+    )
+    split = TrafficSplit(candidate_config.share, candidate_config.assign_by)
+    return stable, _served(candidate_engine, info), split
 
 
 def build_service(config: CloudServiceConfig) -> CloudService:
-    """Load and warm up the engine, then bind the server described by `config`.
+    """Load and warm up the models, then bind the server described by `config`.
 
-    With `config.slicing` enabled the engine also runs whole frames as native-scale tiles.
+    With `config.slicing` enabled the engines also run whole frames as native-scale tiles; with
+    `config.candidate`, a share of the frames goes to the candidate model.
     """
-    engine = create_engine(
-        config.engine, max_batch_size=config.batching.max_batch_size, slicing=config.slicing
-    )
-    warm_up_ms = engine.warm_up()
-    logger.info("engine warm-up (batch size: ms): %s", warm_up_ms)
-    model = model_info(config, engine.detector)
-    logger.info(
-        "serving model %s:%s (%d classes)", model.name, model.version, len(model.class_names)
-    )
+    stable, candidate, split = build_models(config)
+    models = ModelTable(stable, candidate, split)
+    for model in models.models:
+        logger.info(
+            "serving model %s:%s (%d classes)",
+            model.info.name,
+            model.info.version,
+            len(model.info.class_names),
+        )
+    engine = cast(SerializedDetector, stable.detector).engine
     decoder = create_decoder(config.decoder)
-    processor = DetectorFrameProcessor(SerializedDetector(engine), model, decoder=decoder)
+    processor = DetectorFrameProcessor(models, decoder=decoder)
     metrics = ServiceMetrics(max_stream_labels=config.metrics.max_stream_labels)
     batcher = DynamicBatcher(processor, batching_for(engine, config.batching), metrics=metrics)
     servicer = InferenceServicer(
@@ -136,7 +247,7 @@ def build_service(config: CloudServiceConfig) -> CloudService:
     try:
         server, port = create_server(config.server, servicer)
     except Exception:
-        engine.close()
+        models.close()
         decoder.close()
         raise
     batcher.start()
@@ -147,6 +258,8 @@ def build_service(config: CloudServiceConfig) -> CloudService:
         metrics=metrics,
         engine=engine,
         decoder=decoder,
+        models=models,
+        config=config,
     )
 
 
@@ -158,16 +271,55 @@ def _start_exporter(metrics: ServiceMetrics, config: CloudServiceConfig) -> Metr
         raise ServerBindError(f"cannot bind metrics on {host}:{port}: {exc}") from exc
 
 
-def serve(config: CloudServiceConfig) -> None:
-    """Run the service until SIGTERM / SIGINT, then drain for the configured grace period."""
+def _reload_on_hangup(
+    service: CloudService,
+    load: Callable[[], CloudServiceConfig],
+    hangup: threading.Event,
+    stop: threading.Event,
+) -> None:
+    """Reload the config on each SIGHUP until `stop`; a bad config is logged and ignored."""
+    while not stop.is_set():
+        if not hangup.wait(0.5):
+            continue
+        hangup.clear()
+        try:
+            config = load()
+        except Exception as exc:  # a config error must not stop the service
+            logger.error("reload: the config was not loaded, nothing changed: %s", exc)
+            continue
+        service.reload(config)
+
+
+def serve(
+    config: CloudServiceConfig, *, reload_config: Callable[[], CloudServiceConfig] | None = None
+) -> None:
+    """Run the service until SIGTERM / SIGINT, then drain for the configured grace period.
+
+    With `reload_config`, SIGHUP reads the config again and swaps in its models
+    (`CloudService.reload`) while serving.
+    """
     service = build_service(config)
     logger.info("cloud service: %s (port %s)", config.summary(), service.port)
     exporter: MetricsExporter | None = None
+    stop, hangup = threading.Event(), threading.Event()
+    reloader: threading.Thread | None = None
     try:
         if config.metrics.enabled:
             exporter = _start_exporter(service.metrics, config)
-        serve_until_signalled(service.server, config.server.grace_period_s)
+        with set_on_signals(hangup, [signal.SIGHUP], what="reloading the models"):
+            if reload_config is not None:
+                reloader = threading.Thread(
+                    target=_reload_on_hangup,
+                    args=(service, reload_config, hangup, stop),
+                    name="config-reload",
+                    daemon=True,
+                )
+                reloader.start()
+            serve_until_signalled(service.server, config.server.grace_period_s, stop_event=stop)
     finally:
+        stop.set()
+        if reloader is not None:
+            reloader.join()
         service.close()
         if exporter is not None:
             exporter.close()

@@ -67,7 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 1
     try:
-        serve(config)
+        serve(config, reload_config=lambda: load_config(args.config, CloudServiceConfig))
     except (DetectionError, ServerBindError, AuthConfigError) as exc:
         print(f"cloud-service serve: {exc}", file=sys.stderr)
         return 1
@@ -78,7 +78,10 @@ def _add_serve(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the gRPC inference service until SIGTERM",
-        description="Load the engine, serve analytics.v1.InferenceService, drain on SIGTERM.",
+        description=(
+            "Load the engine, serve analytics.v1.InferenceService, drain on SIGTERM; SIGHUP "
+            "reloads the config and swaps in its models without dropping a frame."
+        ),
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="cloud service YAML")
     add_log_level_argument(parser, "INFO")

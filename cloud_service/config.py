@@ -260,6 +260,55 @@ class CloudMetricsConfig(MetricsConfig):
     )
 
 
+class CandidateConfig(StrictModel):
+    """A candidate model taking a share of the traffic next to `engine` (an A/B test, a canary).
+
+    Which frames go to it is decided by a stable hash, so an agent (or a frame) always lands on
+    the same side while the share stays the same; answers carry the candidate's name and
+    version, and the metrics count frames per model version.
+    """
+
+    engine: DetectorConfig = Field(
+        description="The candidate detector: another model file, or another Triton version."
+    )
+    share: float = Field(
+        gt=0.0, le=1.0, description="Fraction of agents (or frames) answered by the candidate."
+    )
+    assign_by: Literal["agent", "frame"] = Field(
+        default="agent",
+        description=(
+            "`agent`: every frame of an agent goes to the same model (tracks stay consistent); "
+            "`frame`: each frame is assigned on its own (a finer split on few agents)."
+        ),
+    )
+    model_name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Name reported with the candidate's answers; none: from its model.",
+    )
+    model_version: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$",
+        description="Version reported with the candidate's answers; none: from its model.",
+    )
+
+    @field_validator("engine")
+    @classmethod
+    def _fixed_input_unless_asked(cls, engine: DetectorConfig) -> DetectorConfig:
+        return fixed_letterbox_unless_asked(engine)
+
+
+def fixed_letterbox_unless_asked(engine: DetectorConfig) -> DetectorConfig:
+    """`engine` with `letterbox: fixed` unless the config set `letterbox` itself.
+
+    Frames from many cameras batch together in the cloud: one input shape keeps batches whole
+    (and TensorRT engines on one profile).
+    """
+    if "letterbox" in engine.model_fields_set:
+        return engine
+    return engine.model_copy(update={"letterbox": "fixed"})
+
+
 class CloudServiceConfig(StrictModel):
     """Config of one cloud service replica: gRPC server, batching, decoding, engine, metrics."""
 
@@ -294,27 +343,31 @@ class CloudServiceConfig(StrictModel):
         description="Prometheus metrics endpoint.",
     )
 
+    candidate: CandidateConfig | None = Field(
+        default=None,
+        description="A second model answering a share of the frames (A/B test); none: off.",
+    )
+
     @field_validator("engine")
     @classmethod
     def _fixed_input_unless_asked(cls, engine: DetectorConfig) -> DetectorConfig:
-        # Frames from many cameras batch together here: one input shape keeps batches whole
-        # (and TensorRT engines on one profile), so the cloud letterboxes to `input_size`
-        # unless the config asks for `fit`.
-        if "letterbox" in engine.model_fields_set:
-            return engine
-        return engine.model_copy(update={"letterbox": "fixed"})
+        return fixed_letterbox_unless_asked(engine)
 
     @model_validator(mode="after")
     def _check_across_sections(self) -> Self:
-        runtime = self.engine.runtime
-        if isinstance(runtime, TensorRTConfig) and self.batching.max_batch_size > (
-            runtime.max_batch_size
-        ):
-            raise config_error_at(
-                ("batching", "max_batch_size"),
-                f"batching.max_batch_size ({self.batching.max_batch_size}) exceeds the engine's "
-                f"engine.runtime.max_batch_size ({runtime.max_batch_size})",
-            )
+        engines = [("engine", self.engine)]
+        if self.candidate is not None:
+            engines.append(("candidate.engine", self.candidate.engine))
+        for where, engine in engines:
+            runtime = engine.runtime
+            if isinstance(runtime, TensorRTConfig) and self.batching.max_batch_size > (
+                runtime.max_batch_size
+            ):
+                raise config_error_at(
+                    ("batching", "max_batch_size"),
+                    f"batching.max_batch_size ({self.batching.max_batch_size}) exceeds the "
+                    f"engine's {where}.runtime.max_batch_size ({runtime.max_batch_size})",
+                )
         if self.decoder.max_jpeg_bytes > self.server.max_receive_message_bytes:
             raise config_error_at(
                 ("decoder", "max_jpeg_bytes"),

@@ -136,6 +136,13 @@ class Engine:
             return self.sliced.detect(images, scale_up=scale_up)
         return self.detector.detect(images, scale_up=scale_up)
 
+    @property
+    def answered_version(self) -> str | None:
+        """The model version that answered the last call, where the runtime knows it (a
+        Triton model under its version policy); None otherwise."""
+        version = getattr(self._runtime, "answered_version", None)
+        return version if isinstance(version, str) else None
+
     def close(self) -> None:
         """Release the runtime."""
         self.detector.close()

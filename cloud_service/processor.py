@@ -14,7 +14,9 @@ import grpc
 from cloud_service.convert import detections_to_proto, status_to_proto
 from cloud_service.decoders import BgrImage, CpuDecoder, Decoder, JpegLimits
 from cloud_service.frames import FrameRejected, PreparedFrame, prepare_frames
+from cloud_service.models import ModelTable, ServedModel
 from detection.detections import Detections
+from detection.errors import InferenceUnavailableError
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.timestamps import timestamp_to_seconds
 
@@ -113,8 +115,8 @@ class DetectorFrameProcessor:
 
     def __init__(
         self,
-        detector: BatchDetector,
-        model: ModelInfo,
+        detector: BatchDetector | ModelTable,
+        model: ModelInfo | None = None,
         *,
         decoder: Decoder | None = None,
         limits: JpegLimits | None = None,
@@ -122,14 +124,21 @@ class DetectorFrameProcessor:
     ) -> None:
         if decoder is not None and limits is not None and limits != decoder.limits:
             raise ValueError(f"limits {limits} differ from the decoder's {decoder.limits}")
-        self._detector = detector
-        self._model = model
+        if isinstance(detector, ModelTable):
+            self._models = detector
+        else:
+            if model is None:
+                raise ValueError("a detector needs its ModelInfo")
+            self._models = ModelTable(ServedModel(_scale_aware(detector), model))
         self._decoder: Decoder = (
             decoder if decoder is not None else CpuDecoder(limits=limits or JpegLimits())
         )
         self._clock = clock
-        self._scale_aware = accepts_scale_up(detector)
-        self._warned_upscaled_regions = False
+
+    @property
+    def models(self) -> ModelTable:
+        """The models answering (swap them with `models.replace`)."""
+        return self._models
 
     def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
         """Decode, detect and build one `FrameResult` per request (same order)."""
@@ -177,18 +186,43 @@ class DetectorFrameProcessor:
         result.status.CopyFrom(status_to_proto(code, message))
 
     def _detect(self, prepared: dict[int, PreparedFrame], results: list[pb.FrameResult]) -> float:
-        """Run the detector once on all images of `prepared`; fill results; return its time."""
+        """Run each model once on the images of its frames; fill results; return the time."""
+        if not prepared:
+            return 0.0
+        indices = list(prepared)
+        frames = [(results[i].agent_id, results[i].camera_id, results[i].frame_id) for i in indices]
+        chosen = self._models.checkout(frames)
+        try:
+            groups: dict[int, tuple[ServedModel, list[int]]] = {}
+            for index, model in zip(indices, chosen, strict=True):
+                groups.setdefault(id(model), (model, []))[1].append(index)
+            return sum(
+                self._detect_with(model, {i: prepared[i] for i in group}, results)
+                for model, group in groups.values()
+            )
+        finally:
+            self._models.release(chosen)
+
+    def _detect_with(
+        self, model: ServedModel, prepared: dict[int, PreparedFrame], results: list[pb.FrameResult]
+    ) -> float:
         images = [image for frame in prepared.values() for image in frame.images]
         if not images:
             return 0.0
         scale_up = [mapping.scale_up for frame in prepared.values() for mapping in frame.mappings]
         started = time.perf_counter()
         try:
-            found = self._run_detector(images, scale_up)
+            found = model.detector.detect(images, scale_up=scale_up)
+            version = model.version()
             if len(found) != len(images):
                 raise RuntimeError(
                     f"detector returned {len(found)} results for {len(images)} images"
                 )
+        except InferenceUnavailableError as exc:
+            logger.warning("engine unavailable for a batch of %s images: %s", len(images), exc)
+            for index in prepared:
+                self._reject(results[index], grpc.StatusCode.UNAVAILABLE, f"engine: {exc}")
+            return (time.perf_counter() - started) * 1000.0
         except Exception:
             logger.exception("detector failed on a batch of %s images", len(images))
             for index in prepared:
@@ -202,21 +236,38 @@ class DetectorFrameProcessor:
                 boxes = frame.to_source(image_index, found[cursor])
                 cursor += 1
                 result.detections.extend(
-                    detections_to_proto(boxes, self._model.class_names, mapping.region_index)
+                    detections_to_proto(boxes, model.info.class_names, mapping.region_index)
                 )
-            result.model_name = self._model.name
-            result.model_version = self._model.version
+            result.model_name = model.info.name
+            result.model_version = version
         return elapsed_ms
 
-    def _run_detector(self, images: list[BgrImage], scale_up: list[bool]) -> list[Detections]:
-        """One detector call; `scale_up[i]` False keeps `images[i]` at native scale if it can."""
-        if self._scale_aware:
-            return cast(ScaleAwareDetector, self._detector).detect(images, scale_up=scale_up)
-        if not all(scale_up) and not self._warned_upscaled_regions:
-            self._warned_upscaled_regions = True
+
+class _PlainDetector:
+    """A `BatchDetector` without `scale_up` as a `ScaleAwareDetector`: region crops are then
+    enlarged to the model input like whole frames (warned once)."""
+
+    def __init__(self, detector: BatchDetector) -> None:
+        self._detector = detector
+        self._warned = False
+
+    def detect(
+        self, images: Sequence[BgrImage], *, scale_up: bool | Sequence[bool] = True
+    ) -> list[Detections]:
+        """`detector.detect(images)`, ignoring `scale_up`."""
+        upscaled = scale_up is False or (not isinstance(scale_up, bool) and not all(scale_up))
+        if upscaled and not self._warned:
+            self._warned = True
             logger.warning(
                 "%s.detect takes no scale_up: region crops are enlarged to the model input "
                 "like whole frames, which hurts their accuracy",
                 type(self._detector).__name__,
             )
         return self._detector.detect(images)
+
+
+def _scale_aware(detector: BatchDetector) -> ScaleAwareDetector:
+    """`detector` itself when its `detect` takes `scale_up`, else wrapped."""
+    if accepts_scale_up(detector):
+        return cast(ScaleAwareDetector, detector)
+    return _PlainDetector(detector)

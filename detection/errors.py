@@ -23,3 +23,10 @@ class RuntimeUnavailableError(DetectionError):
 
 class ModelConfigError(DetectionError, ValueError):
     """The detector config does not fit the loaded model (input size, class names, metadata)."""
+
+
+class InferenceUnavailableError(DetectionError):
+    """A remote inference server could not answer now (down, timing out, model not loaded).
+
+    The frames of that call can be retried later; the cloud service answers them UNAVAILABLE.
+    """

@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.mqtt",
     "tests.fixtures.rtsp",
     "tests.fixtures.scenes",
+    "tests.fixtures.triton",
 ]

@@ -109,6 +109,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "onnxruntime": "detection.runtimes.onnx",
     "litert": "detection.runtimes.litert",
     "tensorrt": "detection.runtimes.tensorrt",
+    "triton": "detection.runtimes.triton",
 }
 
 

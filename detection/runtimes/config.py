@@ -59,6 +59,51 @@ class TensorRTConfig(StrictModel):
     )
 
 
+class TritonConfig(StrictModel):
+    """A model served by NVIDIA Triton Inference Server (or any Open Inference Protocol v2
+    server), reached over gRPC: the service keeps decoding, letterboxing and batching and sends
+    the preprocessed batch; Triton runs it (TensorRT plan, ONNX, Python backend, ...)."""
+
+    type: Literal["triton"] = "triton"
+    url: str = Field(
+        pattern=r"^[A-Za-z0-9_.\[\]:-]+:[0-9]{1,5}$",
+        description="Triton's gRPC endpoint, `host:port` (port 8001 by default in Triton).",
+    )
+    model_name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        description="Model name in Triton's model repository.",
+    )
+    model_version: str = Field(
+        default="",
+        pattern=r"^([0-9]{1,18})?$",
+        description=(
+            "Version to ask for; empty: Triton's version policy picks (the newest loaded), so a "
+            "new version Triton loads takes the traffic without a restart here."
+        ),
+    )
+    request_timeout_s: float = Field(
+        default=5.0,
+        gt=0.0,
+        le=600.0,
+        description="Longest wait for one inference call; past it the frames get UNAVAILABLE.",
+    )
+    startup_timeout_s: float = Field(
+        default=60.0,
+        ge=0.0,
+        le=3600.0,
+        description=(
+            "How long start-up waits for Triton and the model to be ready before it fails "
+            "with a clear error (0: check once)."
+        ),
+    )
+    max_message_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1024 * 1024,
+        le=2**31 - 1,
+        description="gRPC message limit both ways (a batch of 640x640 FP32 frames is 4.9 MB each).",
+    )
+
+
 RuntimeConfig = Annotated[
-    OnnxRuntimeConfig | LiteRTConfig | TensorRTConfig, Field(discriminator="type")
+    OnnxRuntimeConfig | LiteRTConfig | TensorRTConfig | TritonConfig, Field(discriminator="type")
 ]
