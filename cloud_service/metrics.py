@@ -105,10 +105,22 @@ class ServiceMetrics:
             registry=reg,
         )
 
-    def observe_answer(self, agent_id: str, camera_id: str, code: str) -> None:
-        """Count one answered frame (under bounded labels, see the module docstring)."""
+        self.model_frames = Counter(
+            f"{_PREFIX}model_frames",
+            "Frames answered with detections, per model name and version (A/B tests, swaps).",
+            ["model", "version"],
+            registry=reg,
+        )
+
+    def observe_answer(
+        self, agent_id: str, camera_id: str, code: str, model: tuple[str, str] | None = None
+    ) -> None:
+        """Count one answered frame (under bounded labels, see the module docstring), and the
+        `(name, version)` of the model that answered it, if one did."""
         agent, camera = self.stream_labels(agent_id, camera_id)
         self.frames.labels(agent_id=agent, camera_id=camera, code=code).inc()
+        if model is not None:
+            self.model_frames.labels(model=model[0], version=model[1]).inc()
 
     def stream_labels(self, agent_id: str, camera_id: str) -> tuple[str, str]:
         """The label values `frames_total` uses for this stream key."""

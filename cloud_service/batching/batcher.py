@@ -301,7 +301,8 @@ class DynamicBatcher:
         if admitted:
             self._metrics.in_flight.dec()
         code = status_code_from_proto(result.status).name
-        self._metrics.observe_answer(result.agent_id, result.camera_id, code)
+        model = (result.model_name, result.model_version) if result.model_version else None
+        self._metrics.observe_answer(result.agent_id, result.camera_id, code, model)
         try:
             ticket.on_result(result)
         except Exception:

@@ -207,14 +207,22 @@ def test_candidate_answers_its_share_of_agents(triton: RunningTriton, bus_image:
             request.agent_id = agent
             requests.append(request)
 
-    with _serving(config) as (_, stub):
+    with _serving(config) as (service, stub):
         results = list(stub.StreamFrames(iter(requests), timeout=RPC_TIMEOUT_S))
+        registry = service.metrics.registry
+        counted = {
+            version: registry.get_sample_value(
+                "cloud_service_model_frames_total", {"model": "nanodet-coco", "version": version}
+            )
+            for version in ("1", "2")
+        }
 
     assert len(results) == len(requests)
     assert all(r.status.code == OK for r in results)
     for result in results:
         expected = "2" if result.agent_id in to_candidate else "1"
         assert result.model_version == expected, result.agent_id
+    assert counted == {"1": 2.0 * (len(agents) - len(to_candidate)), "2": 2.0 * len(to_candidate)}
 
 
 def test_a_triton_that_is_down_or_lacks_the_model_is_a_clear_error_at_start(
