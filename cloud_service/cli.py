@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cloud_service.auth import AuthConfigError
@@ -88,8 +89,64 @@ def _add_serve(subparsers: Subparsers) -> None:
     parser.set_defaults(handler=_serve)
 
 
+def _triton_repository(args: argparse.Namespace) -> int:
+    from cloud_service.triton_repository import add_version
+
+    try:
+        folder = add_version(
+            args.repository,
+            args.name,
+            args.onnx,
+            args.version,
+            backend=args.backend,
+            max_batch_size=args.max_batch_size,
+            max_queue_delay_us=args.max_queue_delay_us,
+            instances=args.instances,
+            version_policy=args.version_policy,
+            intra_op_threads=args.intra_op_threads,
+        )
+    except (DetectionError, FileExistsError, ValueError) as exc:
+        print(f"cloud-service triton-repository: {exc}", file=sys.stderr)
+        return 1
+    print(f"{folder} written; Triton serves it once it (re)loads model {args.name!r}")
+    return 0
+
+
+def _add_triton_repository(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "triton-repository",
+        help="add an ONNX detector to a Triton model repository as a new version",
+        description=(
+            "Copy ONNX into REPOSITORY/NAME/VERSION/ (config.pbtxt with the first version: "
+            "input/output, dynamic batching, version policy, the model's metadata as "
+            "parameters). Backend `python` runs it with ONNX Runtime in Triton's Python backend "
+            "(any Triton, PyTriton's included); `onnxruntime` uses Triton's ONNX Runtime backend."
+        ),
+    )
+    parser.add_argument("--onnx", type=Path, required=True, help="the ONNX detector")
+    parser.add_argument("--repository", type=Path, required=True, help="model repository folder")
+    parser.add_argument("--name", required=True, help="model name in the repository")
+    parser.add_argument("--version", type=int, required=True, help="new version number (>= 1)")
+    parser.add_argument("--backend", choices=("python", "onnxruntime"), default="python")
+    parser.add_argument("--max-batch-size", type=int, default=16)
+    parser.add_argument("--max-queue-delay-us", type=int, default=2000)
+    parser.add_argument("--instances", type=int, default=1, help="model instances (CPU)")
+    parser.add_argument(
+        "--version-policy",
+        choices=("latest", "all"),
+        default="latest",
+        help="`latest`: the newest version serves; `all`: every version stays loaded (A/B)",
+    )
+    parser.add_argument("--intra-op-threads", type=int, default=0, help="python backend only")
+    parser.set_defaults(handler=_triton_repository)
+
+
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
-_SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (_add_validate_config, _add_serve)
+_SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (
+    _add_validate_config,
+    _add_serve,
+    _add_triton_repository,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,8 @@ Layout written (Triton's own)::
 (batch axis left to Triton: `max_batch_size`), Triton's dynamic batching, the version policy
 and the model's metadata (`class_names`, `box_units`, ...) as `parameters`, which the service's
 `triton` engine reads as the model's metadata. A later version must have the same input and
-output names (Triton serves all versions with one config); it is refused otherwise.
+output (names, types, dims): Triton serves all versions with one config; it is refused
+otherwise.
 
 Backends: `onnxruntime` for a Triton with the ONNX Runtime backend (the NGC images), `python`
 for one without it (PyTriton's bundled server): `triton_python_model.py` runs the file. A
@@ -125,20 +126,29 @@ def render_config(
     return "\n".join(line for line in lines if line) + "\n"
 
 
-def _check_same_signature(config_path: Path, signature: OnnxSignature) -> None:
-    """Refuse a version whose input or output names differ from the model's config."""
+def _check_same_signature(config_path: Path, signature: OnnxSignature) -> Backend:
+    """Refuse a version whose inputs or outputs (names, types, dims) differ from the config;
+    returns the config's backend (a later version is laid out for it)."""
     from google.protobuf import text_format
 
     from protos.inference.v2 import inference_pb2 as pb
 
     config = text_format.Parse(config_path.read_text(), pb.ModelConfig(), allow_unknown_field=True)
-    have = ([t.name for t in config.input], [t.name for t in config.output])
-    want = ([signature.input.name], [signature.output.name])
+
+    def described(tensors: Any) -> list[tuple[str, str, tuple[int, ...]]]:
+        return [(t.name, pb.DataType.Name(t.data_type), tuple(t.dims)) for t in tensors]
+
+    have = (described(config.input), described(config.output))
+    want = (
+        [(signature.input.name, signature.input.data_type, signature.input.dims)],
+        [(signature.output.name, signature.output.data_type, signature.output.dims)],
+    )
     if have != want:
         raise ModelLoadError(
             f"{config_path}: the model takes inputs/outputs {have}, the new version {want}; "
             "every version of a Triton model shares one config: give it another model name"
         )
+    return "onnxruntime" if config.backend == "onnxruntime" else "python"
 
 
 def add_version(
@@ -155,7 +165,8 @@ def add_version(
     intra_op_threads: int = 0,
 ) -> Path:
     """Copy `onnx_path` into `repository/name/version/` (writing `config.pbtxt` for the first
-    version); returns the version folder. The version folder is written under a temporary name
+    version; a later one follows its backend, the other options are the first's); returns the
+    version folder. The version folder is written under a temporary name
     and renamed, so a Triton polling the repository never sees half a version."""
     if version < 1:
         raise ValueError(f"Triton versions start at 1, got {version}")
@@ -167,7 +178,7 @@ def add_version(
     model_dir.mkdir(parents=True, exist_ok=True)
     config_path = model_dir / "config.pbtxt"
     if config_path.exists():
-        _check_same_signature(config_path, signature)
+        backend = _check_same_signature(config_path, signature)
     else:
         config_path.write_text(
             render_config(
