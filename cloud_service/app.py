@@ -171,11 +171,15 @@ def model_info(
     return ModelInfo(name=model_name, version=model_version, class_names=detector.class_names)
 
 
-def _served(engine: Engine, info: ModelInfo) -> ServedModel:
+def _served(engine: Engine, info: ModelInfo, configured_version: str | None) -> ServedModel:
+    """`engine` as a served model; answers report the version the engine says answered
+    (Triton's) unless the config names the version itself."""
     return ServedModel(
         detector=SerializedDetector(engine),
         info=info,
-        answered_version=lambda: engine.answered_version,
+        answered_version=(
+            (lambda: engine.answered_version) if configured_version is None else lambda: None
+        ),
         close=engine.close,
     )
 
@@ -198,7 +202,7 @@ def build_models(
 ) -> tuple[ServedModel, ServedModel | None, TrafficSplit | None]:
     """Load and warm up the stable model and the candidate of `config` (if any)."""
     engine = _load_engine(config, config.engine, "stable")
-    stable = _served(engine, model_info(config, engine.detector))
+    stable = _served(engine, model_info(config, engine.detector), config.model_version)
     if config.candidate is None:
         return stable, None, None
     candidate_config = config.candidate
@@ -215,7 +219,7 @@ def build_models(
         version=candidate_config.model_version,
     )
     split = TrafficSplit(candidate_config.share, candidate_config.assign_by)
-    return stable, _served(candidate_engine, info), split
+    return stable, _served(candidate_engine, info, candidate_config.model_version), split
 
 
 def build_service(config: CloudServiceConfig) -> CloudService:

@@ -334,7 +334,8 @@ class CloudServiceConfig(StrictModel):
         default=None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$",
         description=(
-            "Model version reported with every answer; none: the model's `model_version` "
+            "Model version reported with every answer; none: on a `triton` engine the version "
+            "Triton answered with (it follows Triton's swaps), else the model's `model_version` "
             'metadata, else "1".'
         ),
     )

@@ -1,5 +1,8 @@
 """The cloud service with sliced inference on: the COCO NanoDet served over real gRPC.
 
+Every test runs twice: on the in-process ONNX Runtime engine and on `engine.runtime.type:
+triton` (the same model in a real Triton), which must pass them unchanged.
+
 `build_service` from a `CloudServiceConfig` whose `slicing:` section is enabled, on port 0: whole
 frames go to the detector with their tiles in one call, region crops alone, one answer per frame.
 """
@@ -20,10 +23,11 @@ from cloud_service.app import CloudService, build_service
 from cloud_service.config import BatchingConfig, CloudServiceConfig, ServerConfig
 from detection.config import DetectorConfig
 from detection.detections import Detections
-from detection.runtimes.config import OnnxRuntimeConfig
+from detection.runtimes.config import OnnxRuntimeConfig, TritonConfig
 from detection.slicing import SlicingConfig
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
+from testbed.triton import RunningTriton
 from tests.fixtures.grpc_server import make_request
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "coco" / "nanodet-coco-fp32.onnx"
@@ -42,10 +46,17 @@ def _class_names() -> list[str]:
     return names
 
 
-@pytest.fixture(scope="module")
-def service() -> Iterator[CloudService]:
+@pytest.fixture(scope="module", params=["onnxruntime", "triton"])
+def service(request: pytest.FixtureRequest) -> Iterator[CloudService]:
+    """The service on the in-process engine, then the same tests on a real Triton."""
+    runtime: OnnxRuntimeConfig | TritonConfig = OnnxRuntimeConfig(
+        model_path=MODEL, intra_op_threads=2
+    )
+    if request.param == "triton":
+        triton: RunningTriton = request.getfixturevalue("triton")
+        runtime = TritonConfig(url=triton.grpc_target, model_name="nanodet")
     engine = DetectorConfig(
-        runtime=OnnxRuntimeConfig(model_path=MODEL, intra_op_threads=2),
+        runtime=runtime,
         class_names=_class_names(),
         input_size=(INPUT, INPUT),
         box_units="pixels",
