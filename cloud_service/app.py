@@ -234,7 +234,7 @@ def build_service(config: CloudServiceConfig) -> CloudService:
         logger.info(
             "serving model %s:%s (%d classes)",
             model.info.name,
-            model.info.version,
+            model.version(),
             len(model.info.class_names),
         )
     engine = cast(SerializedDetector, stable.detector).engine

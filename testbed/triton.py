@@ -9,6 +9,8 @@ with every model loaded, and waits until Triton says it is ready:
     with running_triton(repository) as triton:
         config = TritonConfig(url=triton.grpc_target, model_name="cloud-detector")
 
+From a shell, until Ctrl-C: `python -m testbed.triton --repository DIR --grpc-port 8001`.
+
 What the binary needs, prepared here: a backends folder whose `python/` holds the stub built
 for the venv's Python version; the libraries of the wheel and the interpreter's `libpython` on
 `LD_LIBRARY_PATH`; and the venv's site-packages on `PYTHONPATH` for the models' imports
@@ -17,9 +19,12 @@ for the venv's Python version; the libraries of the wheel and the interpreter's 
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -203,3 +208,41 @@ def running_triton(
         yield RunningTriton(process, grpc_port, http_port, metrics_port)
     finally:
         process.stop(term_timeout_s=15.0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run Triton on a model repository until SIGINT / SIGTERM."""
+    from configkit.signals import stop_on_signals
+
+    parser = argparse.ArgumentParser(
+        prog="python -m testbed.triton",
+        description="Triton (PyTriton's build, .venv-triton) on a model repository, all loaded.",
+    )
+    parser.add_argument("--repository", type=Path, required=True)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    args = parser.parse_args(argv)
+    try:
+        install = find_triton()
+    except TritonUnavailableError as exc:
+        print(exc)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="triton-") as workdir:
+        process, _ = triton_process(
+            args.repository.resolve(),
+            Path(workdir),
+            install=install,
+            ports=(args.grpc_port, args.http_port, args.metrics_port),
+        )
+        process.start(ready_timeout_s=120)
+        print(f"Triton ready: gRPC 127.0.0.1:{args.grpc_port}, HTTP {args.http_port}", flush=True)
+        with stop_on_signals(threading.Event(), what="stopping Triton") as stop:
+            while not stop.wait(1.0) and process.running:
+                pass
+        process.stop(term_timeout_s=15.0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
