@@ -241,7 +241,7 @@ def _triton_at(url: str, **fields: Any) -> DetectorConfig:
     return _detector(TritonConfig(url=url, model_name="nanodet", **fields))
 
 
-def test_frames_get_unavailable_while_triton_is_down_and_ok_when_it_is_back(
+def test_frames_get_unavailable_while_triton_hangs_or_is_down_and_ok_when_it_is_back(
     tmp_path: Path, bus_image: Image
 ) -> None:
     require_triton()
@@ -252,6 +252,13 @@ def test_frames_get_unavailable_while_triton_is_down_and_ok_when_it_is_back(
         with _serving(_config(engine)) as (_, stub):
             assert stub.DetectFrame(make_request("cam", 1, jpeg=jpeg), timeout=30).status.code == OK
 
+            server.process.suspend()  # hung: accepts connections, answers nothing
+            started = time.monotonic()
+            hung = stub.DetectFrame(make_request("cam", 50, jpeg=jpeg), timeout=30)
+            hung_waited = time.monotonic() - started
+            server.process.resume()
+            resumed = _answers_until_ok(stub, jpeg, timeout_s=15.0)
+
             server.process.kill()
             started = time.monotonic()
             down = stub.DetectFrame(make_request("cam", 2, jpeg=jpeg), timeout=30)
@@ -260,6 +267,10 @@ def test_frames_get_unavailable_while_triton_is_down_and_ok_when_it_is_back(
             server.process.start(ready_timeout_s=90)
             back = _answers_until_ok(stub, jpeg, timeout_s=15.0)
 
+    assert hung.status.code == UNAVAILABLE, hung.status.message
+    assert "DEADLINE_EXCEEDED" in hung.status.message
+    assert 2.0 <= hung_waited < 10.0  # request_timeout_s, then the answer
+    assert resumed[-1].status.code == OK
     assert down.status.code == UNAVAILABLE, down.status.message
     assert "Triton at" in down.status.message
     assert waited < 10.0  # the request deadline, not a hang
