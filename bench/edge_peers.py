@@ -1,7 +1,8 @@
 """Peer bench: the project's tracker and frame loop against ultralytics, supervision and trackers.
 
     python -m bench.edge_peers [--quick] [--seeds 1,2] [--presets quiet,crowded,small_far,events]
-        [--frames N] [--threads 2] [--results-dir bench/results]
+        [--frames N] [--threads 2] [--results-dir bench/results] [--static-camera]
+        [--trackers-only]
 
 Peers are in no runtime: ultralytics comes with the `tools` extra, the `peers` extra lists
 supervision, trackers and lap. trackers requires opencv-python, which clashes with the headless
@@ -38,7 +39,9 @@ timed, the variants' order rotated from scene to scene:
   model (fixed-shape: always the square). Every clip gets the zone, line and rules of the first
   seed's `events` scene.
 
-Prints the tables and writes `edge_peers.json` and `edge_peers.md` to `--results-dir`.
+Prints the tables and writes `edge_peers.json` and `edge_peers.md` to `--results-dir`
+(`edge_peers_static.*` with `--static-camera`: the same scenes on a still background, where
+BoT-SORT's camera-motion compensation has no motion to undo; `--trackers-only` skips the loops).
 """
 
 from __future__ import annotations
@@ -521,6 +524,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="40 frames per scene, seed 1")
     parser.add_argument("--threads", type=int, default=2, help="detector threads")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--static-camera",
+        action="store_true",
+        help=(
+            "the scenes on a still background (testbed's static-camera variant, names ending "
+            "in -static): camera-motion compensation measured where it has nothing to undo"
+        ),
+    )
+    parser.add_argument(
+        "--trackers-only", action="store_true", help="skip the end-to-end loop comparison"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.frames, args.seeds = args.frames or 40, "1"
@@ -542,7 +556,7 @@ def render_scenes(args: argparse.Namespace) -> tuple[list[Scene], Path]:
     length = f"{args.frames}f" if args.frames else "preset-length"
     scenes_dir, media = CACHE / "edge-peers-scenes" / length, CACHE / "media"
     scenes = [
-        ensure_scene(preset, seed, scenes_dir, media, args.frames)
+        ensure_scene(preset, seed, scenes_dir, media, args.frames, static_camera=args.static_camera)
         for seed in seeds
         for preset in args.presets.split(",")
     ]
@@ -569,7 +583,9 @@ def run_bench(args: argparse.Namespace, scenes: list[Scene], layout: Path) -> Be
         ]
         for tally, spec in zip(trackers, specs, strict=True):
             tally.info["project"] = spec.is_project
-        variants = loop_variants(layout, args.threads, broker.port, work)
+        variants = (
+            [] if args.trackers_only else loop_variants(layout, args.threads, broker.port, work)
+        )
         loops = [Tally(v.name, "end_to_end", dict(v.info)) for v in variants]
         detector = stack.enter_context(detector_for(config))
         detect_s, detect_frames = 0.0, 0
@@ -647,9 +663,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     results: Path = args.results_dir
     results.mkdir(parents=True, exist_ok=True)
-    (results / "edge_peers.md").write_text(text + "\n")
-    (results / "edge_peers.json").write_text(json.dumps(document, indent=1) + "\n")
-    print(f"\nwrote {results / 'edge_peers.md'} and .json in {elapsed:.0f} s")
+    stem = "edge_peers_static" if args.static_camera else "edge_peers"
+    (results / f"{stem}.md").write_text(text + "\n")
+    (results / f"{stem}.json").write_text(json.dumps(document, indent=1) + "\n")
+    print(f"\nwrote {results / stem}.md and .json in {elapsed:.0f} s")
     return 0
 
 

@@ -1,6 +1,6 @@
 """`python -m testbed`: generate labelled scenes and YOLO datasets.
 
-    python -m testbed scene --preset crowded --seed 3 --out DIR [--frames N]
+    python -m testbed scene --preset crowded --seed 3 --out DIR [--frames N] [--static-camera]
     python -m testbed dataset --out DIR --train-scenes N --val-scenes N --test-scenes N \
         --frames-per-scene N --every N --seed S
     python -m testbed clip vtest bikes [--source]   # fetch real clips, print their paths
@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     scene.add_argument("--height", type=_positive, default=360, help="height in pixels")
     scene.add_argument("--fps", type=float, default=DEFAULT_FPS)
     scene.add_argument("--no-video", action="store_true", help="ground truth only")
+    scene.add_argument(
+        "--static-camera",
+        action="store_true",
+        help="hold the background's first frame (a fixed camera); the name ends in -static",
+    )
     data = sub.add_parser(
         "dataset", parents=[common], help="write a YOLO-format dataset from seeded scenes"
     )
@@ -112,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = make_scenario(
             args.preset, args.seed, n_frames=args.frames,
             width_px=args.width, height_px=args.height, fps=args.fps,
+            static_camera=args.static_camera,
         )  # fmt: skip
         folder = write_scene(spec, args.out, cache_dir, write_video=not args.no_video)
         print(f"{folder.root}  ({spec.n_frames} frames, {time.perf_counter() - started:.1f} s)")

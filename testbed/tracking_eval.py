@@ -478,10 +478,17 @@ def evaluate_tracking(
 
 
 def ensure_scene(
-    preset: str, seed: int, out_dir: Path, media_cache_dir: Path, n_frames: int | None = None
+    preset: str,
+    seed: int,
+    out_dir: Path,
+    media_cache_dir: Path,
+    n_frames: int | None = None,
+    *,
+    static_camera: bool = False,
 ) -> Scene:
-    """The scene `preset`/`seed` under `out_dir`, rendered unless an identical one is there."""
-    spec = make_scenario(preset, seed, n_frames=n_frames)
+    """The scene `preset`/`seed` under `out_dir`, rendered unless an identical one is there
+    (`static_camera`: its still-background variant)."""
+    spec = make_scenario(preset, seed, n_frames=n_frames, static_camera=static_camera)
     document = out_dir / spec.name / "scenario.json"
     wanted = json.dumps(spec.to_json(), sort_keys=True)
     if document.is_file():

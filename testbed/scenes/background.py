@@ -38,12 +38,16 @@ class BackgroundSpec:
 
     `crop_x_fraction` places the output window across the resized clip (0 left, 1 right);
     `mirror` flips the clip left-right; `plain_bgr` is the colour of a `plain` background.
+    `still` holds the segment's first frame for the whole scene: a static camera. The clips pan
+    and shake while objects are drawn in screen coordinates, so objects do not move with the
+    scene; a still background makes camera-motion compensation measurable honestly.
     """
 
     segment: str
     crop_x_fraction: float = 0.5
     mirror: bool = False
     plain_bgr: tuple[int, int, int] = (0, 0, 0)
+    still: bool = False
 
 
 def _cover(frame: ByteImage, width: int, height: int, crop_x_fraction: float) -> ByteImage:
@@ -112,4 +116,5 @@ def load_background(spec: BackgroundSpec, width: int, height: int, cache_dir: Pa
         )
     clip_name, start, stop = BACKGROUND_SEGMENTS[spec.segment]
     clip = sample_clip(cache_dir, name=clip_name)
+    stop = start + 1 if spec.still else stop
     return Background(_decoded(clip, start, stop, width, height, spec.crop_x_fraction, spec.mirror))

@@ -59,8 +59,15 @@ class ScenarioSpec:
     class_names: tuple[str, ...] = field(default=CLASS_NAMES)
 
     def to_json(self) -> dict[str, Any]:
-        """The spec as plain JSON types (tuples become lists)."""
-        return dataclasses.asdict(self)
+        """The spec as plain JSON types (tuples become lists).
+
+        `background.still` is written only when set, so specs from before it existed keep their
+        JSON (and the scene caches keyed by it stay valid).
+        """
+        document = dataclasses.asdict(self)
+        if not self.background.still:
+            del document["background"]["still"]
+        return document
 
 
 @dataclass(frozen=True)
@@ -181,8 +188,31 @@ def make_scenario(
     width_px: int = DEFAULT_WIDTH_PX,
     height_px: int = DEFAULT_HEIGHT_PX,
     fps: float = DEFAULT_FPS,
+    static_camera: bool = False,
 ) -> ScenarioSpec:
-    """The spec of preset `preset` for `seed` (deterministic)."""
+    """The spec of preset `preset` for `seed` (deterministic).
+
+    `static_camera`: the same scene (objects, effects, background framing) on a still
+    background, named `<preset>-s<seed>-static`.
+    """
+    spec = _make_scenario(preset, seed, n_frames, width_px, height_px, fps)
+    if not static_camera:
+        return spec
+    return dataclasses.replace(
+        spec,
+        name=f"{spec.name}-static",
+        background=dataclasses.replace(spec.background, still=True),
+    )
+
+
+def _make_scenario(
+    preset: str,
+    seed: int,
+    n_frames: int | None,
+    width_px: int,
+    height_px: int,
+    fps: float,
+) -> ScenarioSpec:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {PRESETS}")
     if width_px < 32 or height_px < 32 or width_px % 2 or height_px % 2:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from testbed.media import probe_video
-from testbed.scenes.background import BackgroundSpec
+from testbed.scenes.background import BackgroundSpec, load_background
 from testbed.scenes.dataset import DatasetConfig, read_labels, write_dataset, yolo_labels
 from testbed.scenes.events import SCRIPTED_TRACKS
 from testbed.scenes.motion import TrackPlan, Waypoint
@@ -265,3 +265,27 @@ def test_dataset_has_disjoint_splits_and_valid_labels(tmp_path: Path) -> None:
             assert np.all(labels[:, 3:] > 0.0)
     assert not (stems["train"] & stems["val"] or stems["train"] & stems["test"])
     assert n_boxes > 0
+
+
+def test_static_camera_variant_holds_the_background_and_keeps_the_rest() -> None:
+    panning = make_scenario("crowded", 980001, n_frames=30)
+    static = make_scenario("crowded", 980001, n_frames=30, static_camera=True)
+
+    assert static.name == "crowded-s980001-static"
+    assert static.background == dataclasses.replace(panning.background, still=True)
+    assert (static.tracks, static.effects, static.camera) == (
+        panning.tracks,
+        panning.effects,
+        panning.camera,
+    )
+    # specs from before `still` existed keep their JSON, so scene caches stay valid
+    assert "still" not in panning.to_json()["background"]
+    assert static.to_json()["background"]["still"] is True
+
+    size = (panning.width_px, panning.height_px)
+    moving = load_background(panning.background, *size, MEDIA_CACHE_DIR)
+    held = load_background(static.background, *size, MEDIA_CACHE_DIR)
+    assert not np.array_equal(moving.frame(0), moving.frame(20))  # the clip pans
+    for index in (1, 20, 29):
+        assert np.array_equal(held.frame(index), held.frame(0))
+    assert np.array_equal(held.frame(0), moving.frame(0))
