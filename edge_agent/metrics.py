@@ -12,6 +12,9 @@ Names (all prefixed `edge_agent_`):
   others (`connecting`, `streaming`, `stalled`, `reconnecting`, `stopped`).
 - `reconnects_total{camera}` (counter): stream reconnects.
 - `detect_latency_seconds{runtime}` (histogram): detector run per batch.
+- `model_info{model, version, runtime}` (gauge): 1 for the detector model in use.
+- `model_swaps_total{outcome}` (counter): model swaps on reload (`applied`, `refused`,
+  `rolled_back`).
 - `detect_batch_size` (histogram): frames per detector batch.
 - `track_latency_seconds{camera}`, `rules_latency_seconds{camera}` (histograms): per frame.
 - `end_to_end_latency_seconds{camera}` (histogram): capture to results ready, per frame.
@@ -135,6 +138,18 @@ class EdgeMetrics:
             "Detector run per batch.",
             ["runtime"],
             buckets=TIME_BUCKETS_S,
+            registry=reg,
+        )
+        self.model_info = Gauge(
+            f"{_PREFIX}model_info",
+            "1 for the detector model in use.",
+            ["model", "version", "runtime"],
+            registry=reg,
+        )
+        self.model_swaps = Counter(
+            f"{_PREFIX}model_swaps",
+            "Model swaps on reload, by outcome.",
+            ["outcome"],
             registry=reg,
         )
         self.detect_batch_size = Histogram(

@@ -6,10 +6,12 @@ detector and broker client (exit 1 with one line on a bad model file or secret),
 loop stops the pings and systemd restarts the service. On SIGTERM / SIGINT: `STOPPING=1`, the
 cameras close, lasting events end, the outbox flushes (bounded), `offline` is published.
 
-On SIGHUP (`systemctl reload edge-agent`) the config file is read again and its camera changes
-are applied without a restart (`pipeline.reload`): `RELOADING=1`, then `READY=1` with the outcome
-as the status line. A new config that does not validate, or that changes more than cameras, is
-refused with its reasons in the log, and the running one stays.
+On SIGHUP (`systemctl reload edge-agent`) the config file is read again and its camera and
+detector changes are applied without a restart (`pipeline.reload`; a new model is loaded in a
+reload thread and swapped in between frames, `pipeline.model_swap`): `RELOADING=1`, then
+`READY=1` with the outcome as the status line. A new config that does not validate, that
+changes more than cameras and the detector, or whose model does not load or names other
+classes, is refused with its reasons in the log, and the running one stays.
 """
 
 from __future__ import annotations
@@ -221,18 +223,22 @@ def _serve(
     next_status = 0.0
     reload_requested = threading.Event()
 
+    reloader: threading.Thread | None = None
+
     def reload() -> None:
-        reload_requested.clear()
+        # Off the frame loop: a new model loads here while frames go on; the loop swaps it in.
         notifier.reloading()
-        outcome = reload_from_file(agent, config_path, in_loop=True)
+        outcome = reload_from_file(agent, config_path, in_loop=False)
         outcome.log()
         notifier.ready(f"{outcome.message().splitlines()[0]}; {status_line(agent)}")
 
     def on_idle() -> None:
-        nonlocal next_status
+        nonlocal next_status, reloader
         notifier.watchdog()
-        if reload_requested.is_set():
-            reload()
+        if reload_requested.is_set() and (reloader is None or not reloader.is_alive()):
+            reload_requested.clear()
+            reloader = threading.Thread(target=reload, name="config-reload", daemon=True)
+            reloader.start()
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             stop.set()

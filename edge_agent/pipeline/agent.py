@@ -38,7 +38,8 @@ from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
 from edge_agent.pipeline.discovery import HomeAssistantLink
 from edge_agent.pipeline.escalation import EscalationStage
 from edge_agent.pipeline.focus import detect_crops
-from edge_agent.pipeline.reload import ReloadPlan, plan_reload
+from edge_agent.pipeline.model_swap import ModelIdentity, Probation, load_detector, prepare_detector
+from edge_agent.pipeline.reload import ReloadPlan, ReloadRefused, plan_reload
 from edge_agent.pipeline.status import CameraStatus
 from edge_agent.pipeline.telemetry import AgentTelemetry
 from edge_agent.rules import RuleEvent
@@ -105,9 +106,13 @@ class EdgeAgent:
         self._wake = threading.Event()
         self._changes: queue.SimpleQueue[_StateChange] = queue.SimpleQueue()
         self._embedder = embedder if embedder is not None else build_embedder(config.tracker)
+        self.model = ModelIdentity.of(detector, config.detector)
+        self._probation: Probation | None = None
         self.telemetry = (
             AgentTelemetry(metrics, config.detector.runtime.type) if metrics is not None else None
         )
+        if self.telemetry is not None:
+            self.telemetry.on_model(self.model)
         self.escalation = escalation
         self.workers: list[CameraWorker] = []
         self.status: dict[str, CameraStatus] = {}
@@ -117,9 +122,9 @@ class EdgeAgent:
         self._environ = environ
         self._started = False
         self._generations: dict[str, int] = {}
-        self._reloads: queue.SimpleQueue[tuple[EdgeAgentConfig, Future[ReloadPlan]]] = (
-            queue.SimpleQueue()
-        )
+        self._reloads: queue.SimpleQueue[
+            tuple[EdgeAgentConfig, Future[ReloadPlan], Detector | None]
+        ] = queue.SimpleQueue()
         self.reload_listeners: list[ReloadListener] = []
         self.homeassistant = (
             HomeAssistantLink(publisher, config) if config.homeassistant.enabled else None
@@ -150,11 +155,7 @@ class EdgeAgent:
         ByteTrack-style pass); the tracker treats only those above the detector's own threshold
         as able to start tracks.
         """
-        detector_config = config.detector
-        low = config.tracker.low_score_threshold
-        if low is not None:
-            detector_config = detector_config.model_copy(update={"confidence_threshold": low})
-        detector = Detector.from_config(detector_config)
+        detector = load_detector(config)
         try:
             publisher = AlertPublisher(config.mqtt, config.agent.id, environ=environ)
         except BaseException:
@@ -235,6 +236,9 @@ class EdgeAgent:
                 part.close(timeout_s=flush_timeout_s)
         self.publisher.close(timeout_s=flush_timeout_s)
         self.detector.close()
+        if self._probation is not None:
+            self._probation.previous.close()
+            self._probation = None
 
     # ---- the frame loop ----------------------------------------------------------------------
 
@@ -256,9 +260,15 @@ class EdgeAgent:
         except DetectionError as exc:
             self.failed_batches += 1
             logger.error("detector failed on %d frame(s): %s", len(batch), exc)
+            if self._probation is not None:
+                self._roll_back(exc)
             return 0
         detect_s = time.perf_counter() - started
         self.batches += 1
+        if self._probation is not None and self._probation.passed_batch():
+            logger.info("model %s passed its probation; the previous one is closed", self.model)
+            self._probation.previous.close()
+            self._probation = None
         if self.telemetry is not None:
             self.telemetry.on_batch(len(batch), detect_s)
         focus = self._detect_focus(batch)
@@ -286,16 +296,46 @@ class EdgeAgent:
 
     def request_reload(self, config: EdgeAgentConfig) -> Future[ReloadPlan]:
         """Ask the frame loop to apply `config` (from any thread); the future gives the plan
-        applied, or raises `ReloadRefused` (nothing changed)."""
+        applied, or raises `ReloadRefused` (nothing changed).
+
+        A new detector is loaded and checked here, in the caller's thread, so the frame loop
+        only swaps it in (`pipeline.model_swap`).
+        """
         future: Future[ReloadPlan] = Future()
-        self._reloads.put((config, future))
+        detector = None
+        if config.detector != self.config.detector:
+            try:
+                plan_reload(self.config, config)  # refuse other sections before loading
+                detector = prepare_detector(config, self.detector)
+            except ReloadRefused as exc:
+                if self.telemetry is not None:
+                    self.telemetry.on_model_swap("refused")
+                future.set_exception(exc)
+                return future
+        self._reloads.put((config, future, detector))
         self._wake.set()
         return future
 
-    def reload(self, config: EdgeAgentConfig) -> ReloadPlan:
-        """Apply `config`'s camera changes now; call in the frame loop's thread (see
-        `pipeline.reload`). Raises `ReloadRefused` when a section other than cameras changed."""
-        plan = plan_reload(self.config, config)
+    def reload(self, config: EdgeAgentConfig, detector: Detector | None = None) -> ReloadPlan:
+        """Apply `config`'s camera and detector changes now; call in the frame loop's thread
+        (see `pipeline.reload`). `detector`: the new detector, already prepared (else it is
+        loaded here). Raises `ReloadRefused` when another section changed or the new model
+        cannot replace the running one."""
+        try:
+            plan = plan_reload(self.config, config)
+            if plan.detector and detector is None:
+                detector = prepare_detector(config, self.detector)
+        except ReloadRefused:
+            if detector is not None:
+                detector.close()
+            if config.detector != self.config.detector and self.telemetry is not None:
+                self.telemetry.on_model_swap("refused")
+            raise
+        if detector is not None:
+            if plan.detector:
+                self._swap_detector(detector, config)
+            else:
+                detector.close()
         cameras = {camera.name: camera for camera in config.cameras}
         for name in (*plan.removed, *plan.changed):
             self._remove_camera(name, clear_status=name in plan.removed)
@@ -313,15 +353,46 @@ class EdgeAgent:
     def _apply_requested_reloads(self) -> None:
         while True:
             try:
-                config, future = self._reloads.get_nowait()
+                config, future, detector = self._reloads.get_nowait()
             except queue.Empty:
                 return
             if not future.set_running_or_notify_cancel():
+                if detector is not None:
+                    detector.close()
                 continue
             try:
-                future.set_result(self.reload(config))
+                future.set_result(self.reload(config, detector))
             except Exception as exc:  # refused or failed: the caller is told; the loop goes on
                 future.set_exception(exc)
+
+    def _swap_detector(self, detector: Detector, config: EdgeAgentConfig) -> None:
+        """Answer with `detector` from the next batch on; the running one is kept for the
+        new one's probation (a probation still running ends: its older model closes)."""
+        if self._probation is not None:
+            self._probation.previous.close()
+        previous = self.model
+        self._probation = Probation(self.detector, self.config.detector, previous)
+        self.detector = detector
+        self.model = ModelIdentity.of(detector, config.detector)
+        if self.telemetry is not None:
+            self.telemetry.on_model(self.model)
+            self.telemetry.on_model_swap("applied")
+        logger.info("detector swapped: %s -> %s", previous, self.model)
+
+    def _roll_back(self, error: Exception) -> None:
+        """The new detector failed during its probation: the previous one answers again."""
+        probation, self._probation = self._probation, None
+        if probation is None:
+            return
+        failed = self.model
+        self.detector.close()
+        self.detector = probation.previous
+        self.config = self.config.model_copy(update={"detector": probation.previous_config})
+        self.model = probation.previous_identity
+        if self.telemetry is not None:
+            self.telemetry.on_model(self.model)
+            self.telemetry.on_model_swap("rolled_back")
+        logger.error("model %s failed (%s): rolled back to %s", failed, error, self.model)
 
     def _remove_camera(self, name: str, *, clear_status: bool) -> None:
         """Stop camera `name` without waiting on the loop: its lasting events end now, its
@@ -491,6 +562,7 @@ class EdgeAgent:
             agent=self.config.agent.id, frames=frames, dropped=dropped, reconnects=reconnects
         )
         document["cloud"] = self.cloud_state
+        document["model"] = self.model.document()
         return document
 
     def status_documents(self) -> dict[str, dict[str, object]]:

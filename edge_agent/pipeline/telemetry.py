@@ -10,6 +10,7 @@ from edge_agent.alerts.webhook import WebhookSink
 from edge_agent.media.store import MediaStore
 from edge_agent.metrics import CAMERA_STATES, EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
+from edge_agent.pipeline.model_swap import ModelIdentity
 from edge_agent.pipeline.status import CameraStatus
 from edge_agent.rules import RuleEvent
 
@@ -20,6 +21,18 @@ class AgentTelemetry:
     def __init__(self, metrics: EdgeMetrics, runtime: str) -> None:
         self.metrics = metrics
         self.runtime = runtime
+
+    def on_model(self, model: ModelIdentity) -> None:
+        """The detector now runs `model` (at start and after a swap or roll-back)."""
+        self.runtime = model.runtime
+        self.metrics.model_info.clear()
+        self.metrics.model_info.labels(
+            model=model.name, version=model.version, runtime=model.runtime
+        ).set(1)
+
+    def on_model_swap(self, outcome: str) -> None:
+        """A model swap `applied`, `refused` or `rolled_back`."""
+        self.metrics.model_swaps.labels(outcome=outcome).inc()
 
     def on_batch(self, frames: int, detect_s: float) -> None:
         """One detector run over `frames` frames."""
