@@ -14,6 +14,7 @@ from edge_agent.config.agent import AgentConfig
 from edge_agent.config.camera import CameraConfig
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.config.homeassistant import HomeAssistantConfig
+from edge_agent.config.labels import LabelStoreConfig
 from edge_agent.config.media import MediaConfig
 from edge_agent.config.mqtt import MqttConfig
 from edge_agent.config.tracker import TrackerConfig
@@ -44,6 +45,10 @@ class EdgeAgentConfig(StrictModel):
         default_factory=MediaConfig,
         description="Event snapshots, crops and clips on this box, and their retention.",
     )
+    labels: LabelStoreConfig = Field(
+        default_factory=LabelStoreConfig,
+        description="Escalated frames and the cloud's answers kept for training (off).",
+    )
     webhook: WebhookConfig | None = Field(
         default=None,
         description="POST each event as JSON to an HTTP(S) endpoint too (none: off).",
@@ -61,7 +66,7 @@ class EdgeAgentConfig(StrictModel):
     def _check_across_sections(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         # name checks run on the raw input too, so they are reported along with field errors
         return validate_with_checks(
-            data, handler, cls.__name__, _section_name_issues, _threshold_issues
+            data, handler, cls.__name__, _section_name_issues, _built_issues
         )
 
     @property
@@ -87,8 +92,9 @@ def _list(value: object) -> list[object]:
 
 
 def _section_name_issues(data: object) -> list[LocatedMessage]:
-    """Duplicate camera names, and rule classes missing from `detector.class_names` (when it is
-    set: otherwise the model's own names apply, which `validate-config` checks), on raw input."""
+    """Duplicate camera names, `labels.cameras` naming no camera, and rule classes missing from
+    `detector.class_names` (when it is set: otherwise the model's own names apply, which
+    `validate-config` checks), on raw input."""
     issues: list[LocatedMessage] = []
     cameras = _list(field_of(data, "cameras"))
     seen: set[str] = set()
@@ -98,6 +104,9 @@ def _section_name_issues(data: object) -> list[LocatedMessage]:
             if name in seen:
                 issues.append((("cameras", index, "name"), f"duplicate camera name {name!r}"))
             seen.add(name)
+    for index, name in enumerate(_list(field_of(field_of(data, "labels"), "cameras"))):
+        if isinstance(name, str) and name not in seen:
+            issues.append((("labels", "cameras", index), f"no camera named {name!r}"))
     known = {
         n for n in _list(field_of(field_of(data, "detector"), "class_names")) if isinstance(n, str)
     }
@@ -115,6 +124,22 @@ def _section_name_issues(data: object) -> list[LocatedMessage]:
                         )
                     )
     return issues
+
+
+def _built_issues(config: EdgeAgentConfig) -> list[LocatedMessage]:
+    return [*_threshold_issues(config), *_labels_issues(config)]
+
+
+def _labels_issues(config: EdgeAgentConfig) -> list[LocatedMessage]:
+    if config.labels.enabled and not config.escalation.enabled:
+        return [
+            (
+                ("labels", "enabled"),
+                "labels.enabled keeps the cloud's answers to escalated frames: it needs "
+                "escalation.enabled",
+            )
+        ]
+    return []
 
 
 def _threshold_issues(config: EdgeAgentConfig) -> list[LocatedMessage]:

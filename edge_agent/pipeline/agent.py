@@ -32,6 +32,7 @@ from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.camera import CameraConfig
 from edge_agent.escalation import EscalationClient, EscalationResult
 from edge_agent.escalation.encode import detections_from_result
+from edge_agent.labels import LabelStore
 from edge_agent.media.store import MediaStore
 from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline.camera import CameraWorker, FrameOutcome
@@ -114,6 +115,8 @@ class EdgeAgent:
         if self.telemetry is not None:
             self.telemetry.on_model(self.model)
         self.escalation = escalation
+        if escalation is not None and escalation.labels is not None:
+            escalation.labels.set_edge_model(lambda: self.model.document())
         self.workers: list[CameraWorker] = []
         self.status: dict[str, CameraStatus] = {}
         self._next_status_s = 0.0
@@ -172,8 +175,11 @@ class EdgeAgent:
             escalation = None
             if config.escalation.enabled:
                 client = EscalationClient(config.escalation, config.agent.id, environ=environ)
+                labels = (
+                    LabelStore(config.labels, config.agent.id) if config.labels.enabled else None
+                )
                 escalation = EscalationStage(
-                    config.escalation, config.agent.id, client, metrics=metrics
+                    config.escalation, config.agent.id, client, metrics=metrics, labels=labels
                 )
             return cls(
                 config,

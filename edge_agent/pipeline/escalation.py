@@ -30,6 +30,7 @@ from edge_agent.escalation import (
     request_for_decision,
 )
 from edge_agent.escalation.decider import EscalationDecider
+from edge_agent.labels import LabelStore
 from edge_agent.metrics import EdgeMetrics
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,10 @@ class EscalationStage:
         *,
         metrics: EdgeMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        labels: LabelStore | None = None,
     ) -> None:
         self.config = config
+        self.labels = labels
         self.agent_id = agent_id
         self.client = client
         self.metrics = metrics
@@ -84,6 +87,8 @@ class EscalationStage:
         if self.metrics is not None:
             self.metrics.escalation_enabled.set(1)
         self.client.start()
+        if self.labels is not None:
+            self.labels.start()
         self._encoder = threading.Thread(target=self._encode_loop, name="escalation-encoder")
         self._encoder.daemon = True
         self._encoder.start()
@@ -94,6 +99,8 @@ class EscalationStage:
             self._jobs.put(None)
             self._encoder.join(timeout_s)
         self.client.close(timeout_s=timeout_s)
+        if self.labels is not None:
+            self.labels.close(timeout_s=timeout_s)
 
     @property
     def connected(self) -> bool:
@@ -144,6 +151,8 @@ class EscalationStage:
                 else:
                     self.counters.failed += 1
         for result in results:
+            if self.labels is not None:
+                self.labels.answered(result)
             self._observe(result.camera_id, "answered" if result.ok else "failed")
             if result.ok and result.rtt_s is not None and self.metrics is not None:
                 self.metrics.escalation_round_trip.observe(result.rtt_s)
@@ -174,7 +183,11 @@ class EscalationStage:
             region_jpeg_quality=self.config.regions.jpeg_quality,
             deadline_s=time.time() + self.config.deadline_ms / 1000.0,
         )
+        if self.labels is not None:
+            self.labels.sent(request)
         sent = self.client.submit(request)
+        if not sent and self.labels is not None:
+            self.labels.forget(request.request_id)
         n_bytes = payload_bytes(request)
         with self._lock:
             if sent:

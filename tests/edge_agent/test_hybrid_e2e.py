@@ -86,6 +86,8 @@ def test_hybrid_loop_survives_the_cloud_going_away(
         "deadline_ms": 3000,
         "connection": {"reconnect_min_backoff_ms": 200, "reconnect_max_backoff_ms": 1000},
     }
+    labels = tmp_path / "labels"
+    document["labels"] = {"enabled": True, "directory": str(labels)}
     config = write_agent_config(tmp_path, document)
     agent = AgentProcess(config, tmp_path / "agent.log")
     try:
@@ -119,3 +121,23 @@ def test_hybrid_loop_survives_the_cloud_going_away(
     )
     assert match.ok, f"{match.report()}\n{log}"
     assert "cloud service unreachable" in log and "cloud service connected" in log
+    _check_kept_labels(labels, answered_after)
+
+
+def _check_kept_labels(folder: Path, answered: float) -> None:
+    """Escalated frames were kept with the cloud's boxes, readable by the agent only."""
+    assert folder.stat().st_mode & 0o777 == 0o700
+    documents = [json.loads(p.read_text()) for p in sorted(folder.rglob("*.json"))]
+    assert 0 < len(documents) <= answered * 8  # at most one image per region sent
+    for document in documents:
+        assert document["schema"] == "edge-labels/v1" and document["agent"] == AGENT
+        assert document["edge_model"]["runtime"] == "litert"
+        assert document["cloud_model"]["name"] and document["cloud_model"]["version"]
+        image = document["image"]
+        jpeg = folder.rglob(image["file"])
+        data = next(jpeg).read_bytes()
+        assert data[:2] == b"\xff\xd8"
+        for box in document["boxes"]:
+            assert 0 <= box["x1"] < box["x2"] <= image["width"]
+            assert 0 <= box["y1"] < box["y2"] <= image["height"]
+    assert any(document["boxes"] for document in documents)
