@@ -25,6 +25,8 @@ from testbed.alert_check import scene_agent_config
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     "litert-int8": REPO_ROOT / "models" / "edge" / "edge-yolov5n-320-int8.tflite",
+    # the same network exported at 320x192 for 16:9 cameras (python -m testbed.reexport_edge)
+    "litert-int8-320x192": REPO_ROOT / "models" / "edge" / "edge-yolov5n-320x192-int8.tflite",
     "onnx": REPO_ROOT / "models" / "edge" / "edge-yolov5n-320.onnx",
 }
 SCENE_PRESET = "events"

@@ -335,6 +335,7 @@ def loop_variants(layout: Path, threads: int, mqtt_port: int, work: Path) -> lis
         ("onnx", "fixed", "square"),
         ("onnx", "fit", "fitted, the default"),
         ("litert-int8", "fixed", "square, a fixed-shape model"),
+        ("litert-int8-320x192", "fixed", "16:9, a fixed-shape model"),
     ):
 
         def run_agent(
@@ -346,11 +347,13 @@ def loop_variants(layout: Path, threads: int, mqtt_port: int, work: Path) -> lis
                 embedder="none", target_fps=TARGET_FPS, mqtt_port=mqtt_port,
                 outbox_path=work / f"{agent_id}.sqlite", agent_id=agent_id,
             )  # fmt: skip
-            update = {"input_size": (size, size), "letterbox": letterbox}
+            # a fixed-shape model brings its own input size
+            square = None if model == "litert-int8-320x192" else (size, size)
+            update = {"input_size": square, "letterbox": letterbox}
             detector = config.detector.model_copy(update=update)
             return agent_loop(config.model_copy(update={"detector": detector}), "none", scene)
 
-        shape = fitted if letterbox == "fit" else (size, size)
+        shape = fitted if letterbox == "fit" or model.endswith("320x192") else (size, size)
         info = {
             "library": "edge_agent",
             "model": MODELS[model].name,

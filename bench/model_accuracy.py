@@ -30,6 +30,7 @@ MODELS = REPO_ROOT / "models"
 LABELS = {
     "edge_onnx": "edge FP32",
     "edge_tflite_int8": "edge INT8",
+    "edge_tflite_int8_320x192": "edge INT8 320x192",
     "cloud_onnx_fp16_weights": "cloud",
 }
 
