@@ -65,10 +65,21 @@ class DetectorConfig(StrictModel):
     letterbox: Literal["fit", "fixed"] = Field(
         default="fit",
         description=(
-            "Dynamic-shape models only. `fit`: each frame goes in at the smallest multiple of 32 "
-            "within input_size that holds it at input_size's scale (a 16:9 frame in 320x320 "
-            "runs at 192x320: fewer pixels, same boxes), frames of one shape batched together. "
-            "`fixed`: always input_size (uniform batches, e.g. for a GPU engine)."
+            "Dynamic-shape models (or `shape_models`) only. `fit`: each frame goes in at the "
+            "smallest multiple of 32 within input_size that holds it at input_size's scale (a "
+            "16:9 frame in 320x320 runs at 192x320: fewer pixels, same boxes), frames of one "
+            "shape batched together. `fixed`: always input_size (uniform batches, e.g. for a "
+            "GPU engine)."
+        ),
+    )
+    shape_models: list[RuntimeConfig] = Field(
+        default_factory=list,
+        max_length=8,
+        description=(
+            "Fixed-shape exports of the same network at other input shapes (e.g. the 320x192 "
+            "INT8 model for 16:9 cameras): with `letterbox: fit`, a frame whose fitted shape is "
+            "one of theirs runs on that model, the others on `runtime`; frames of one shape "
+            "batch together."
         ),
     )
     box_units: Literal["auto", "pixels", "normalized"] = Field(

@@ -62,6 +62,23 @@ def _resolve_input_shape(runtime: Runtime, config: DetectorConfig) -> tuple[int,
     return model_size
 
 
+def _by_shape(runtimes: Sequence[Runtime]) -> dict[tuple[int, int], Runtime]:
+    """Shape models by their fixed input (height, width); a dynamic or repeated shape is a
+    `ModelConfigError`."""
+    found: dict[tuple[int, int], Runtime] = {}
+    for runtime in runtimes:
+        spec = runtime.input_spec
+        if spec.height is None or spec.width is None:
+            raise ModelConfigError(
+                f"shape_models must have a fixed input size; the {runtime.name} model's is dynamic"
+            )
+        shape = (spec.height, spec.width)
+        if shape in found:
+            raise ModelConfigError(f"two shape_models take {shape[1]}x{shape[0]}")
+        found[shape] = runtime
+    return found
+
+
 def _model_label(runtime: Runtime, config: DetectorConfig) -> str:
     found = model_file_of(config.runtime)
     return f"the model {found[1].name}" if found is not None else f"the {runtime.name} model"
@@ -75,13 +92,19 @@ class Detector:
     `classes:` filter naming an unknown class, or unreadable metadata.
     """
 
-    def __init__(self, runtime: Runtime, config: DetectorConfig) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: DetectorConfig,
+        shape_runtimes: Sequence[Runtime] = (),
+    ) -> None:
         self._runtime = runtime
         self._config = config
         self._input_shape = _resolve_input_shape(runtime, config)
         spec = runtime.input_spec
-        dynamic = spec.height is None or spec.width is None
-        self._fit = dynamic and config.letterbox == "fit"
+        self._dynamic = spec.height is None or spec.width is None
+        self._by_shape = _by_shape(shape_runtimes)
+        self._fit = (self._dynamic or bool(self._by_shape)) and config.letterbox == "fit"
         self._metadata = runtime_metadata(runtime)
         model = _model_label(runtime, config)
         self._class_names = resolve_class_names(config.class_names, self._metadata, model)
@@ -93,7 +116,8 @@ class Detector:
             "detector on %s, input %s%s, %s classes%s, confidence >= %s, IoU %s",
             runtime.name,
             self._input_shape,
-            " (fitted to each frame's shape)" if self._fit else "",
+            (" (fitted to each frame's shape)" if self._fit else "")
+            + "".join(f", {w}x{h} frames on its {h}x{w} model" for h, w in self._by_shape),
             len(self._class_names) or "unnamed",
             f" (keeping {', '.join(config.classes)})" if config.classes else "",
             config.confidence_threshold,
@@ -102,12 +126,14 @@ class Detector:
 
     @classmethod
     def from_config(cls, config: DetectorConfig) -> Detector:
-        """Load the runtime named in `config` and wrap it."""
-        runtime = create_runtime(config.runtime)
+        """Load the runtime named in `config` (and its `shape_models`) and wrap them."""
+        runtimes = [create_runtime(config.runtime)]
         try:
-            return cls(runtime, config)
+            runtimes += [create_runtime(shape_model) for shape_model in config.shape_models]
+            return cls(runtimes[0], config, runtimes[1:])
         except Exception:
-            runtime.close()
+            for runtime in runtimes:
+                runtime.close()
             raise
 
     @property
@@ -166,7 +192,7 @@ class Detector:
                 [images[i] for i in members], shape, scale_up=[flags[i] for i in members]
             )
             candidates = decode_yolo(
-                self._infer(batch),
+                self._infer(batch, shape),
                 shape,
                 self._config.confidence_threshold,
                 self._box_units,
@@ -183,16 +209,23 @@ class Detector:
         fit` on a dynamic-shape model the stride-aligned rectangle that holds it."""
         if not self._fit:
             return [self._input_shape] * len(images)
-        return [
+        shapes = [
             fitted_shape(
                 (int(image.shape[0]), int(image.shape[1])), self._input_shape, scale_up=flag
             )
             for image, flag in zip(images, scale_up, strict=True)
         ]
+        if self._dynamic:
+            return shapes
+        # a fixed-shape main model: a fitted shape only where a shape model takes it
+        return [shape if shape in self._by_shape else self._input_shape for shape in shapes]
 
-    def _infer(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        size = self._runtime.input_spec.max_batch_size or batch.shape[0]
-        parts = [self._runtime.infer(batch[i : i + size]) for i in range(0, batch.shape[0], size)]
+    def _infer(
+        self, batch: npt.NDArray[np.float32], shape: tuple[int, int] | None = None
+    ) -> npt.NDArray[np.float32]:
+        runtime = self._by_shape.get(shape, self._runtime) if shape else self._runtime
+        size = runtime.input_spec.max_batch_size or batch.shape[0]
+        parts = [runtime.infer(batch[i : i + size]) for i in range(0, batch.shape[0], size)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _postprocess(self, candidates: Detections, info: LetterboxInfo) -> Detections:
@@ -217,8 +250,10 @@ class Detector:
         )
 
     def close(self) -> None:
-        """Release the runtime."""
+        """Release the runtime (and the shape models')."""
         self._runtime.close()
+        for runtime in self._by_shape.values():
+            runtime.close()
 
     def __enter__(self) -> Detector:
         return self
