@@ -163,7 +163,7 @@ class ModelTable:
             self._close(model)
         logger.info(
             "now answering with %s",
-            ", ".join(f"{m.info.name}:{m.info.version}" for m in self.models),
+            ", ".join(f"{m.info.name}:{m.version()}" for m in self.models),
         )
 
     def close(self) -> None:

@@ -221,9 +221,9 @@ class Detector:
         return [shape if shape in self._by_shape else self._input_shape for shape in shapes]
 
     def _infer(
-        self, batch: npt.NDArray[np.float32], shape: tuple[int, int] | None = None
+        self, batch: npt.NDArray[np.float32], shape: tuple[int, int]
     ) -> npt.NDArray[np.float32]:
-        runtime = self._by_shape.get(shape, self._runtime) if shape else self._runtime
+        runtime = self._by_shape.get(shape, self._runtime)
         size = runtime.input_spec.max_batch_size or batch.shape[0]
         parts = [runtime.infer(batch[i : i + size]) for i in range(0, batch.shape[0], size)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)

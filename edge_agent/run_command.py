@@ -95,12 +95,12 @@ class ReloadOutcome:
 
 
 def reload_from_file(
-    agent: EdgeAgent, config_path: str | Path, *, in_loop: bool, timeout_s: float = 30.0
+    agent: EdgeAgent, config_path: str | Path, *, timeout_s: float = 30.0
 ) -> ReloadOutcome:
-    """Read `config_path` again and apply its camera changes to `agent`.
+    """Read `config_path` again and apply its camera and detector changes to `agent`.
 
-    `in_loop`: called from the frame loop's thread (applied at once), else from another thread
-    (handed to the loop and waited for, up to `timeout_s`).
+    Call it from any thread but the frame loop's: the new config (and model) is handed to the
+    loop and waited for, up to `timeout_s`.
     """
     try:
         config = load_config(config_path, EdgeAgentConfig)
@@ -109,10 +109,7 @@ def reload_from_file(
     except ConfigError as exc:
         return ReloadOutcome(None, str(exc))
     try:
-        if in_loop:
-            plan = agent.reload(config)
-        else:
-            plan = agent.request_reload(config).result(timeout_s)
+        plan = agent.request_reload(config).result(timeout_s)
     except ReloadRefused as exc:
         return ReloadOutcome(None, str(exc))
     except TimeoutError:
@@ -187,7 +184,7 @@ def _run(
         return EXIT_FAILED
 
     def reload_over_http() -> dict[str, object]:
-        outcome = reload_from_file(agent, config_path, in_loop=False)
+        outcome = reload_from_file(agent, config_path)
         outcome.log()
         return outcome.document()
 
@@ -228,7 +225,7 @@ def _serve(
     def reload() -> None:
         # Off the frame loop: a new model loads here while frames go on; the loop swaps it in.
         notifier.reloading()
-        outcome = reload_from_file(agent, config_path, in_loop=False)
+        outcome = reload_from_file(agent, config_path)
         outcome.log()
         notifier.ready(f"{outcome.message().splitlines()[0]}; {status_line(agent)}")
 

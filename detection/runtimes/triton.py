@@ -207,14 +207,13 @@ class TritonRuntime:
         Raises `InferenceUnavailableError` when Triton does not answer in time or fails.
         """
         check_images(images, self._spec)
+        # max_batch_size is 1 for a model without batching: one image per call, no batch axis
         size = self._spec.max_batch_size or 1
         return np.concatenate([self._call(piece) for piece in chunks(images, size)])
 
     def _call(self, images: FloatArray) -> FloatArray:
         if self._channel is None:
             raise RuntimeError("Triton runtime is closed")
-        if not self._batching and images.shape[0] != 1:
-            return np.concatenate([self._call(images[i : i + 1]) for i in range(len(images))])
         feed = to_layout(images, self._spec.layout).astype(_DTYPES[self._input_type], copy=False)
         shape = list(feed.shape) if self._batching else list(feed.shape[1:])
         request = pb.ModelInferRequest(

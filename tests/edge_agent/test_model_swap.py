@@ -90,7 +90,7 @@ def _reload(run: _Running, document: dict[str, Any], path: Path, **runtime: Any)
     new = json.loads(json.dumps(document))
     new["detector"]["runtime"] = runtime
     path.write_text(yaml.safe_dump(new, sort_keys=False))
-    return reload_from_file(run.agent, path, in_loop=False)
+    return reload_from_file(run.agent, path)
 
 
 def _sample(run: _Running, name: str, **labels: str) -> float | None:
@@ -137,7 +137,7 @@ def test_a_model_that_does_not_load_or_names_other_classes_is_refused(
     coco["detector"]["runtime"] = {"type": "onnxruntime", "model_path": str(COCO_ONNX)}
     coco["detector"]["class_names"] = []  # the model's own 80 names
     path.write_text(yaml.safe_dump(coco, sort_keys=False))
-    other = reload_from_file(agent, path, in_loop=False)
+    other = reload_from_file(agent, path)
     assert not other.ok and "names classes" in str(other.error)
 
     assert agent.model == model

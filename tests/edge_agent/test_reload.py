@@ -122,28 +122,28 @@ def test_cameras_come_and_go_while_the_untouched_one_keeps_its_alerts(
     try:
         _wait(lambda: len(outcomes) >= 25, "the first camera runs")
         document["cameras"].append(second)
-        added = reload_from_file(agent, _write(path, document), in_loop=False)
+        added = reload_from_file(agent, _write(path, document))
         assert added.ok and added.plan is not None and added.plan.added == ("street",), added
         _wait(lambda: len(outcomes_of("street")) >= 3, "the added RTSP camera is analysed")
         first_build = agent.workers[1]
 
         second["zones"][0]["points"] = [[0.5, 0], [1, 0], [1, 1], [0.5, 1]]
-        changed = reload_from_file(agent, _write(path, document), in_loop=False)
+        changed = reload_from_file(agent, _write(path, document))
         assert changed.plan is not None and changed.plan.changed == ("street",), changed
         assert agent.workers[1] is not first_build and agent.workers[0] is untouched
         seen = len(outcomes_of("street"))
         _wait(lambda: len(outcomes_of("street")) >= seen + 3, "the restarted camera runs")
 
         path.write_text(path.read_text().replace("target_fps: 5.0", "target_fps: 500"))
-        bad = reload_from_file(agent, path, in_loop=False)
+        bad = reload_from_file(agent, path)
         assert not bad.ok and "target_fps" in str(bad.error) and "agent.yaml:" in str(bad.error)
         refused = {**document, "tracker": {**document["tracker"], "n_init": 3}}
-        other = reload_from_file(agent, _write(path, refused), in_loop=False)
+        other = reload_from_file(agent, _write(path, refused))
         assert not other.ok and "tracker" in str(other.error)
         assert [w.name for w in agent.workers] == [good["name"], "street"]
 
         document["cameras"].remove(second)
-        removed = reload_from_file(agent, _write(path, document), in_loop=False)
+        removed = reload_from_file(agent, _write(path, document))
         assert removed.plan is not None and removed.plan.removed == ("street",), removed
         assert [w.name for w in agent.workers] == [good["name"]] and "street" not in agent.status
         _wait(lambda: untouched.state == "stopped", "the first camera ends its clip", 40.0)
