@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ import cv2
 import grpc
 import numpy as np
 
+from bench._cloud_common import windowed_stream
 from cloud_service.jpeg import BgrImage, default_jpeg_decoder
 from cloud_service.server import wait_until_serving
 from detection.config import DetectorConfig
@@ -55,7 +55,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
 IMGSZ = 640
 SERVER_START_TIMEOUT_S = 120.0
-RPC_TIMEOUT_S = 600.0
 QUEUE_DELAY_MS = 20
 SERVER_CONFIG = """\
 server:
@@ -186,38 +185,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _stream(
-    stub: InferenceServiceStub,
-    agent: str,
-    jpegs: list[bytes],
-    frames: int,
-    window: int,
-    sink: list[tuple[float, float, pb.FrameResult]],
-    lock: threading.Lock,
-) -> None:
-    """Send `frames` frames keeping at most `window` unanswered; record (sent, received, result)."""
-    slots = threading.Semaphore(window)
-    sent: dict[int, float] = {}
-
-    def requests() -> Iterator[pb.FrameRequest]:
-        for frame in range(frames):
-            slots.acquire()
-            sent[frame] = time.perf_counter()
-            yield pb.FrameRequest(
-                agent_id=agent,
-                camera_id="cam",
-                frame_id=frame,
-                request_id=f"{agent}/{frame}",
-                jpeg=jpegs[frame % len(jpegs)],
-            )
-
-    for result in stub.StreamFrames(requests(), timeout=RPC_TIMEOUT_S):
-        received = time.perf_counter()
-        slots.release()
-        with lock:
-            sink.append((sent[result.frame_id], received, result))
-
-
 def _server_run(model: Model, jpegs: list[bytes], batch: int, streams: int) -> ServerRun:
     warmup, measured = max(2 * batch, 4), max(3 * batch, 12)
     per_stream = math.ceil((warmup + measured) / streams)
@@ -253,8 +220,9 @@ def _server_run(model: Model, jpegs: list[bytes], batch: int, streams: int) -> S
                 lock = threading.Lock()
                 threads = [
                     threading.Thread(
-                        target=_stream,
-                        args=(stub, f"agent-{s}", jpegs, per_stream, window, sink, lock),
+                        target=windowed_stream,
+                        args=(stub, jpegs, per_stream, window, sink, lock),
+                        kwargs={"agent": f"agent-{s}"},
                     )
                     for s in range(streams)
                 ]

@@ -55,7 +55,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,7 @@ import cv2
 import grpc
 import numpy as np
 
+from bench._cloud_common import windowed_stream
 from bench._edge_common import REPO_ROOT, decode_all, ensure_scene
 
 CLOUD_MODEL = REPO_ROOT / "models" / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
@@ -77,7 +77,6 @@ TRITON_MAX_BATCH = 16
 TRITON_QUEUE_DELAY_US = 2000
 JPEG_QUALITY = 85
 SCENE_FRAMES = 24
-RPC_TIMEOUT_S = 600.0
 POOL = 32  # the tiny model's average-pool kernel and stride
 
 
@@ -238,42 +237,6 @@ def triton_counts(metrics_port: int, model: str) -> tuple[float, float]:
     return values["nv_inference_count"], values["nv_inference_exec_count"]
 
 
-def _stream(
-    stub: Any,
-    camera: str,
-    jpegs: list[bytes],
-    frames: int,
-    offset: int,
-    window: int,
-    sink: list[tuple[float, float, Any]],
-    lock: threading.Lock,
-) -> None:
-    """One bidi stream keeping `window` frames in flight: (sent, received, result) per frame
-    into `sink`."""
-    from protos.analytics.v1 import analytics_pb2 as pb
-
-    answered = threading.Semaphore(window)
-    sent: dict[int, float] = {}
-
-    def requests() -> Iterator[pb.FrameRequest]:
-        for frame in range(frames):
-            answered.acquire()
-            sent[frame] = time.perf_counter()
-            yield pb.FrameRequest(
-                agent_id="bench",
-                camera_id=camera,
-                frame_id=frame,
-                request_id=f"{camera}/{frame}",
-                jpeg=jpegs[(offset + frame) % len(jpegs)],
-            )
-
-    for result in stub.StreamFrames(requests(), timeout=RPC_TIMEOUT_S):
-        received = time.perf_counter()
-        answered.release()
-        with lock:
-            sink.append((sent[result.frame_id], received, result))
-
-
 def run_once(
     port: int, jpegs: list[bytes], streams: int, window: int, timed_per_stream: int, into: Measured
 ) -> None:
@@ -289,8 +252,9 @@ def run_once(
         stub = InferenceServiceStub(channel)
         threads = [
             threading.Thread(
-                target=_stream,
-                args=(stub, f"cam-{s}", jpegs, 1 + timed_per_stream, 3 * s, window, sink, lock),
+                target=windowed_stream,
+                args=(stub, jpegs, 1 + timed_per_stream, window, sink, lock),
+                kwargs={"camera": f"cam-{s}", "offset": 3 * s},
             )
             for s in range(streams)
         ]
