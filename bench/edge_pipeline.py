@@ -71,6 +71,7 @@ from edge_agent.config import EdgeAgentConfig, EscalationConfig
 from edge_agent.escalation import EscalationClient
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
 from edge_agent.pipeline.escalation import EscalationStage
+from edge_agent.pipeline.model_swap import load_detector
 from testbed.demo_report import percentile
 
 Image = npt.NDArray[np.uint8]
@@ -85,11 +86,7 @@ logger = logging.getLogger(__name__)
 
 def detector_for(config: EdgeAgentConfig) -> Detector:
     """The detector `EdgeAgent.from_config` builds: down to the tracker's low-score threshold."""
-    detector_config = config.detector
-    low = config.tracker.low_score_threshold
-    if low is not None:
-        detector_config = detector_config.model_copy(update={"confidence_threshold": low})
-    return Detector.from_config(detector_config)
+    return load_detector(config)
 
 
 class FrameReader:
