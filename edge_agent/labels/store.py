@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from detection.label_format import SCHEMA
 from edge_agent.alerts.payload import iso_utc
 from edge_agent.config.labels import LabelStoreConfig
 from edge_agent.escalation import EscalationResult
@@ -50,7 +51,6 @@ from protos.analytics.v1.timestamps import timestamp_to_seconds
 
 logger = logging.getLogger(__name__)
 
-SCHEMA = "edge-labels/v1"
 SWEEP_EVERY_WRITES = 50
 _DAY_S = 86_400.0
 
