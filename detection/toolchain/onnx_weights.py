@@ -7,6 +7,16 @@ fuses it as ultralytics does before exporting (convolutions and batch norms fold
 ONNX file's initializers by name into it, and checks that the rebuilt model gives the ONNX
 model's output on a probe input before it saves the `.pt`. A file whose weights do not fit the
 architecture, or whose outputs differ, is refused (`ExportError`).
+
+A fused model exports, but it does not fine-tune: ultralytics' trainer builds the unfused
+architecture and keeps only the weights whose names match, so the folded biases would be lost,
+and a network without batch norms trains badly. `trainable_checkpoint_from_onnx` puts the batch
+norms back: it runs the fused network over sample images, records each convolution's per-channel
+output mean and variance (the statistics a batch norm sees in training), and sets every batch
+norm to those statistics with a scale and shift that undo them exactly. The result computes the
+same function as the ONNX file in eval mode (checked as above), and in train mode its batch norms
+normalise by batch statistics close to the recorded ones, so fine-tuning starts from the
+exported model rather than from a disturbed one.
 """
 
 from __future__ import annotations
@@ -58,14 +68,8 @@ def _output_difference(model: Any, onnx_path: Path, size: tuple[int, int]) -> fl
     return float(np.abs(rebuilt - reference).max())
 
 
-def checkpoint_from_onnx(
-    onnx_path: Path, architecture: str, class_names: Sequence[str], out: Path
-) -> Path:
-    """Write `out` (an ultralytics `.pt`) holding `architecture` with `onnx_path`'s weights.
-
-    `architecture`: the ultralytics YAML the ONNX model was exported from (e.g.
-    `yolov5n.yaml`); `class_names`: its classes, in id order.
-    """
+def _fused_model(onnx_path: Path, architecture: str, class_names: Sequence[str]) -> Any:
+    """`architecture`, fused, holding `onnx_path`'s weights (shapes checked)."""
     offline_environment()
     import torch
 
@@ -92,6 +96,13 @@ def checkpoint_from_onnx(
     model.load_state_dict(loaded)
     model.eval()
     model.names = dict(enumerate(class_names))
+    return model
+
+
+def _check_and_save(model: Any, onnx_path: Path, architecture: str, out: Path) -> Path:
+    import torch
+
+    model.eval()
     difference = _output_difference(model, onnx_path, PROBE_SIZE)
     if difference > MAX_OUTPUT_DIFFERENCE:
         raise ExportError(
@@ -109,3 +120,97 @@ def checkpoint_from_onnx(
         out,
     )
     return out
+
+
+def checkpoint_from_onnx(
+    onnx_path: Path, architecture: str, class_names: Sequence[str], out: Path
+) -> Path:
+    """Write `out` (an ultralytics `.pt`) holding `architecture` with `onnx_path`'s weights,
+    fused (for exports).
+
+    `architecture`: the ultralytics YAML the ONNX model was exported from (e.g.
+    `yolov5n.yaml`); `class_names`: its classes, in id order.
+    """
+    model = _fused_model(onnx_path, architecture, class_names)
+    return _check_and_save(model, onnx_path, architecture, out)
+
+
+def _letterboxed(image: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any]:
+    """`image` (BGR uint8) as the network's RGB 0..1 CHW input, fitted into `size` x `size`."""
+    from detection.letterbox import letterbox
+
+    boxed, _info = letterbox(image, (size, size))
+    return np.ascontiguousarray(boxed[:, :, ::-1].transpose(2, 0, 1), dtype=np.float32) / 255.0
+
+
+def trainable_checkpoint_from_onnx(
+    onnx_path: Path,
+    architecture: str,
+    class_names: Sequence[str],
+    images: Sequence[np.ndarray[Any, Any]],
+    out: Path,
+    imgsz: int = 320,
+) -> Path:
+    """Write `out`: `architecture` unfused, with batch norms re-inserted from statistics measured
+    on `images` (BGR uint8, at least one), computing the ONNX file's function (see the module
+    docstring). The checkpoint to fine-tune when only the export is at hand."""
+    if not images:
+        raise ExportError("re-inserting batch norms needs at least one sample image")
+    import torch
+
+    fused = _fused_model(onnx_path, architecture, class_names)
+    tasks: Any = importlib.import_module("ultralytics.nn.tasks")
+    model: Any = tasks.DetectionModel(architecture, nc=len(class_names), verbose=False)
+    fused_state = fused.state_dict()
+    convs = {
+        name: module
+        for name, module in model.named_modules()
+        if hasattr(module, "bn") and hasattr(module, "conv")
+    }
+    state = model.state_dict()
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if name in fused_state and fused_state[name].shape == tensor.shape:
+                tensor.copy_(fused_state[name])
+        # first, each batch norm as "add the folded bias": x / sqrt(1 + eps) * sqrt(1 + eps) + b
+        for name, module in convs.items():
+            bn = module.bn
+            bn.running_mean.zero_()
+            bn.running_var.fill_(1.0)
+            bn.weight.fill_(float(np.sqrt(1.0 + bn.eps)))
+            bn.bias.copy_(fused_state[f"{name}.conv.bias"])
+    sums: dict[str, list[Any]] = {}
+
+    def recorder(name: str) -> Any:
+        def hook(_module: Any, inputs: tuple[Any, ...]) -> None:
+            x = inputs[0].double()
+            total = sums.setdefault(name, [0.0, 0.0, 0])
+            total[0] = total[0] + x.sum(dim=(0, 2, 3))
+            total[1] = total[1] + (x * x).sum(dim=(0, 2, 3))
+            total[2] += x.shape[0] * x.shape[2] * x.shape[3]
+
+        return hook
+
+    handles = [m.bn.register_forward_pre_hook(recorder(n)) for n, m in convs.items()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(images), 8):
+                batch = np.stack([_letterboxed(i, imgsz) for i in images[start : start + 8]])
+                model(torch.from_numpy(batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    with torch.no_grad():
+        for name, module in convs.items():
+            total, squares, count = sums[name]
+            mean = total / count
+            var = (squares / count - mean * mean).clamp(min=1e-6)
+            bn = module.bn
+            bias = fused_state[f"{name}.conv.bias"].double()
+            bn.running_mean.copy_(mean.float())
+            bn.running_var.copy_(var.float())
+            bn.weight.copy_(torch.sqrt(var + bn.eps).float())
+            bn.bias.copy_((mean + bias).float())
+    model.names = dict(enumerate(class_names))
+    return _check_and_save(model, onnx_path, architecture, out)

@@ -49,6 +49,52 @@ class TrainResult:
 
 def train_detector(spec: TrainSpec, data_yaml: Path, out_dir: Path, name: str) -> TrainResult:
     """Train from random weights; the final weights land at `out_dir/<name>.pt`."""
+    return _train(spec.model_yaml, spec, data_yaml, out_dir, name, pretrained=False)
+
+
+@dataclass(frozen=True)
+class FineTuneSpec:
+    """How to fine-tune trained weights: a short schedule at a low learning rate."""
+
+    imgsz: int
+    epochs: int
+    batch: int = 16
+    lr0: float = 0.002
+    seed: int = 0
+    mosaic: float = 1.0
+    close_mosaic_epochs: int = 2
+    warmup_epochs: float = 0.0
+    device: str = "cpu"
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.imgsz % 32 or not 64 <= self.imgsz <= 2048:
+            raise ExportError(f"imgsz must be a multiple of 32 in 64..2048, got {self.imgsz}")
+        if self.epochs < 1 or self.batch < 1:
+            raise ExportError(f"epochs and batch must be >= 1, got {self.epochs}, {self.batch}")
+        if not 0.0 < self.lr0 <= 0.1:
+            raise ExportError(f"lr0 must be in (0, 0.1], got {self.lr0}")
+
+
+def finetune_detector(
+    weights: Path, spec: FineTuneSpec, data_yaml: Path, out_dir: Path, name: str
+) -> TrainResult:
+    """Fine-tune the ultralytics checkpoint `weights` (unfused: see `onnx_weights`); the final
+    weights land at `out_dir/<name>.pt`."""
+    if not weights.is_file():
+        raise ExportError(f"weights to fine-tune not found: {weights}")
+    return _train(str(weights), spec, data_yaml, out_dir, name, pretrained=True)
+
+
+def _train(
+    model_spec: str,
+    spec: TrainSpec | FineTuneSpec,
+    data_yaml: Path,
+    out_dir: Path,
+    name: str,
+    *,
+    pretrained: bool,
+) -> TrainResult:
     if not data_yaml.is_file():
         raise ExportError(f"dataset YAML not found: {data_yaml}")
     offline_environment()
@@ -56,8 +102,13 @@ def train_detector(spec: TrainSpec, data_yaml: Path, out_dir: Path, name: str) -
     from ultralytics.models import YOLO
 
     torch.manual_seed(spec.seed)
-    model = YOLO(spec.model_yaml, task="detect")
+    model = YOLO(model_spec, task="detect")
     runs = out_dir / "runs"
+    extra = (
+        {"mosaic": spec.mosaic, "warmup_epochs": spec.warmup_epochs, "optimizer": "SGD"}
+        if isinstance(spec, FineTuneSpec)
+        else {}
+    )
     started = time.perf_counter()
     model.train(
         data=str(data_yaml),
@@ -70,14 +121,15 @@ def train_detector(spec: TrainSpec, data_yaml: Path, out_dir: Path, name: str) -
         workers=spec.workers,
         lr0=spec.lr0,
         close_mosaic=spec.close_mosaic_epochs,
-        pretrained=False,
+        pretrained=pretrained,
         amp=False,
-        val=False,  # the project's own evaluation runs afterwards, on held-out scenes
+        val=False,  # the project's own evaluation runs afterwards, on held-out data
         plots=False,
         project=str(runs),
         name=name,
         exist_ok=True,
         verbose=False,
+        **extra,
     )
     seconds = time.perf_counter() - started
     last = runs / name / "weights" / "last.pt"
