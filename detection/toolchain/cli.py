@@ -36,6 +36,7 @@ from pathlib import Path
 
 from detection.errors import DetectionError
 from detection.toolchain.dataset import LabelledDataset, load_dataset
+from detection.toolchain.distill_data import LabelCut
 from detection.toolchain.evaluate import (
     MODEL_SUFFIXES,
     Comparison,
@@ -216,7 +217,6 @@ def run_import_command(args: argparse.Namespace) -> int:
 def run_distill(args: argparse.Namespace) -> int:
     """`distill`: fine-tune on a camera's labels, export INT8, check, hand over or refuse."""
     from detection.toolchain.distill import DistillSettings, distill
-    from detection.toolchain.distill_data import LabelCut
     from detection.toolchain.train import FineTuneSpec
 
     _check_backend("ultralytics", "distill")
@@ -322,14 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--out", type=Path, required=True, help="where the accepted model goes")
     dis.add_argument("--work", type=Path, default=Path(".cache/distill"), help="scratch folder")
     dis.add_argument("--architecture", default="yolov5n.yaml", help="YAML of an ONNX --base")
-    dis.add_argument("--label-score", type=_fraction, default=0.5, help="cloud boxes kept")
-    dis.add_argument("--ignore-score", type=_fraction, default=0.25, help="masked below label")
+    cut = LabelCut()
+    dis.add_argument("--label-score", type=_fraction, default=cut.label_score, help="labels from")
+    dis.add_argument("--ignore-score", type=_fraction, default=cut.ignore_score, help="masked from")
     dis.add_argument("--holdout", type=_fraction, default=0.2, help="newest share held out")
     dis.add_argument("--max-images", type=_positive, default=500, help="newest images used")
     dis.add_argument("--min-camera-gain", type=float, default=0.0, help="mAP50 gain needed")
     dis.add_argument("--max-general-drop", type=float, default=0.005, help="mAP50 drop allowed")
     dis.add_argument("--imgsz", type=_positive, default=320, help="training input side (px)")
-    dis.add_argument("--epochs", type=_positive, default=12)
+    dis.add_argument("--epochs", type=_positive, default=20)
     dis.add_argument("--batch", type=_positive, default=16)
     dis.add_argument("--lr0", type=float, default=0.002, help="initial learning rate")
     dis.add_argument("--seed", type=int, default=0)

@@ -118,6 +118,20 @@ def _calibration_images(calibration_dir: Path) -> list[Path]:
     return images
 
 
+def export_tflite_float(spec: str, out_dir: Path, imgsz: ImageSize, seed: int = 0) -> Path:
+    """Export to a float32 `.tflite` with litert-torch (the input of INT8 quantisation)."""
+    from ultralytics.models import YOLO
+
+    checkpoint = _checkpoint(spec, out_dir, seed)
+    try:
+        result = YOLO(str(checkpoint), task="detect").export(
+            format="tflite", imgsz=imgsz, device="cpu"
+        )
+    except Exception as exc:  # ultralytics and litert-torch raise many types
+        raise ExportError(f"TFLite export of {spec!r} failed: {exc}") from exc
+    return _produced(result, out_dir, ".tflite", f"{Path(spec).stem}_float32.tflite")
+
+
 def export_tflite_int8(
     spec: str, out_dir: Path, imgsz: ImageSize, calibration_dir: Path, seed: int = 0
 ) -> Path:
@@ -127,20 +141,11 @@ def export_tflite_int8(
     activations to int8 except the head's box decoding (see `detection.toolchain.quantize`):
     float32 NCHW input, float32 output with boxes normalised to 0..1.
     """
-    from ultralytics.models import YOLO
-
     from detection.toolchain.quantize import quantize_int8
 
     start = time.perf_counter()
     images = _calibration_images(calibration_dir)  # fail before the slow part
-    checkpoint = _checkpoint(spec, out_dir, seed)
-    try:
-        result = YOLO(str(checkpoint), task="detect").export(
-            format="tflite", imgsz=imgsz, device="cpu"
-        )
-    except Exception as exc:  # ultralytics and litert-torch raise many types
-        raise ExportError(f"TFLite export of {spec!r} failed: {exc}") from exc
-    float_model = _produced(result, out_dir, ".tflite", f"{Path(spec).stem}_float32.tflite")
+    float_model = export_tflite_float(spec, out_dir, imgsz, seed)
     size = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
     path = quantize_int8(float_model, out_dir / f"{Path(spec).stem}_int8.tflite", images, size)
     logger.info("exported %s to %s in %.1f s", spec, path, time.perf_counter() - start)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -39,26 +40,12 @@ def _input_name(model: Path) -> str:
     return str(signature["inputs"][0])
 
 
-def quantize_int8(
-    float_model: Path,
-    target: Path,
-    calibration_images: Sequence[Path],
-    input_size: tuple[int, int],
-    float_patterns: Sequence[str] = FLOAT_HEAD_PATTERNS,
-) -> Path:
-    """Write `target`: `float_model` with int8 weights and activations, calibrated on the images."""
+CalibrationResult = dict[str, Any]
+
+
+def _quantizer(float_model: Path, float_patterns: Sequence[str]) -> Any:
     from ai_edge_quantizer import qtyping, quantizer, recipe
 
-    if not calibration_images:
-        raise ExportError("INT8 calibration needs at least one image")
-    name = _input_name(float_model)
-    samples = []
-    for path in calibration_images:
-        image = cv2.imread(str(path))
-        if image is None:
-            raise ExportError(f"cannot read calibration image {path}")
-        batch, _ = letterbox_batch([np.asarray(image, dtype=np.uint8)], input_size)
-        samples.append({name: batch})
     no_quantize = recipe.AlgorithmName.NO_QUANTIZE
     qt = quantizer.Quantizer(str(float_model))
     qt.load_quantization_recipe(recipe.static_wi8_ai8())
@@ -71,8 +58,50 @@ def quantize_int8(
             operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
             algorithm_key=no_quantize,
         )
-    calibration = qt.calibrate({SIGNATURE: samples})
+    return qt
+
+
+def calibrate_int8(
+    float_model: Path,
+    calibration_images: Sequence[Path],
+    input_size: tuple[int, int],
+    float_patterns: Sequence[str] = FLOAT_HEAD_PATTERNS,
+) -> CalibrationResult:
+    """Activation ranges of `float_model` on the images ({tensor name: ranges}): the slow part
+    of quantisation, reusable by every `quantize_int8` that keeps at least `float_patterns`
+    in float (the per-block search quantises many variants from one calibration)."""
+    if not calibration_images:
+        raise ExportError("INT8 calibration needs at least one image")
+    name = _input_name(float_model)
+    samples = []
+    for path in calibration_images:
+        image = cv2.imread(str(path))
+        if image is None:
+            raise ExportError(f"cannot read calibration image {path}")
+        batch, _ = letterbox_batch([np.asarray(image, dtype=np.uint8)], input_size)
+        samples.append({name: batch})
+    result: CalibrationResult = _quantizer(float_model, float_patterns).calibrate(
+        {SIGNATURE: samples}
+    )
+    return result
+
+
+def quantize_int8(
+    float_model: Path,
+    target: Path,
+    calibration_images: Sequence[Path],
+    input_size: tuple[int, int],
+    float_patterns: Sequence[str] = FLOAT_HEAD_PATTERNS,
+    calibration: CalibrationResult | None = None,
+) -> Path:
+    """Write `target`: `float_model` with int8 weights and activations, calibrated on the images
+    (or with the ranges of an earlier `calibrate_int8`)."""
+    if calibration is None:
+        calibration = calibrate_int8(float_model, calibration_images, input_size, float_patterns)
+    qt = _quantizer(float_model, float_patterns)
     target.parent.mkdir(parents=True, exist_ok=True)
     qt.quantize(calibration_result=calibration).export_model(str(target), overwrite=True)
-    logger.info("INT8 %s from %s (%d calibration images)", target, float_model, len(samples))
+    logger.info(
+        "INT8 %s from %s (%d calibration images)", target, float_model, len(calibration_images)
+    )
     return target

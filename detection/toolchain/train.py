@@ -10,6 +10,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from detection.toolchain.export import ExportError, offline_environment
 
@@ -64,6 +65,7 @@ class FineTuneSpec:
     mosaic: float = 1.0
     close_mosaic_epochs: int = 2
     warmup_epochs: float = 0.0
+    optimizer: str = "SGD"
     device: str = "cpu"
     workers: int = 2
 
@@ -77,13 +79,47 @@ class FineTuneSpec:
 
 
 def finetune_detector(
-    weights: Path, spec: FineTuneSpec, data_yaml: Path, out_dir: Path, name: str
+    weights: Path,
+    spec: FineTuneSpec,
+    data_yaml: Path,
+    out_dir: Path,
+    name: str,
+    *,
+    keep_architecture: bool = False,
 ) -> TrainResult:
     """Fine-tune the ultralytics checkpoint `weights` (unfused: see `onnx_weights`); the final
-    weights land at `out_dir/<name>.pt`."""
+    weights land at `out_dir/<name>.pt`.
+
+    `keep_architecture`: train the checkpoint's own module as it is (a pruned network, whose
+    layer widths its YAML no longer describes), instead of ultralytics' default of building the
+    YAML's network and copying the matching weights into it.
+    """
     if not weights.is_file():
         raise ExportError(f"weights to fine-tune not found: {weights}")
-    return _train(str(weights), spec, data_yaml, out_dir, name, pretrained=True)
+    return _train(
+        str(weights),
+        spec,
+        data_yaml,
+        out_dir,
+        name,
+        pretrained=True,
+        trainer=_module_trainer() if keep_architecture else None,
+    )
+
+
+def _module_trainer() -> Any:
+    """A `DetectionTrainer` that trains the loaded model module instead of rebuilding it."""
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    class ModuleTrainer(DetectionTrainer):
+        def get_model(self, cfg: Any = None, weights: Any = None, verbose: bool = True) -> Any:
+            if weights is None:
+                raise ExportError("keep_architecture needs a checkpoint holding the model")
+            for parameter in weights.parameters():
+                parameter.requires_grad_(True)
+            return weights
+
+    return ModuleTrainer
 
 
 def _train(
@@ -94,6 +130,7 @@ def _train(
     name: str,
     *,
     pretrained: bool,
+    trainer: Any = None,
 ) -> TrainResult:
     if not data_yaml.is_file():
         raise ExportError(f"dataset YAML not found: {data_yaml}")
@@ -105,12 +142,17 @@ def _train(
     model = YOLO(model_spec, task="detect")
     runs = out_dir / "runs"
     extra = (
-        {"mosaic": spec.mosaic, "warmup_epochs": spec.warmup_epochs, "optimizer": "SGD"}
+        {
+            "mosaic": spec.mosaic,
+            "warmup_epochs": spec.warmup_epochs,
+            "optimizer": spec.optimizer,
+        }
         if isinstance(spec, FineTuneSpec)
         else {}
     )
     started = time.perf_counter()
     model.train(
+        trainer=trainer,
         data=str(data_yaml),
         epochs=spec.epochs,
         imgsz=spec.imgsz,

@@ -1,0 +1,142 @@
+"""Structured channel pruning of the edge model, fine-tuned back: FLOPs, latency and mAP.
+
+    python -m bench.edge_prune [--ratio 0.2] [--epochs 8] [--test-scenes 2]
+
+Rebuilds the edge network from its committed ONNX export with batch norms re-inserted
+(`onnx_weights.trainable_checkpoint_from_onnx`), prunes `--ratio` of the channels of every
+prunable convolution (`detection.toolchain.prune`), fine-tunes the pruned network on the
+committed models' training scenes (seed 0, as `testbed.build_models`), and exports it to ONNX.
+Scores the committed FP32 model, the pruned one before and after fine-tuning on two held-out test
+sets (seeds 1 and 2, every scenario) and times both ONNX models in ONNX Runtime (one thread,
+320x320). Prints a table; writes `bench/results/edge_prune.{md,json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from bench.int8_sensitivity import EDGE_ONNX, MODELS, REPO_ROOT, RESULTS, _data, held_out_sets
+
+WORK = REPO_ROOT / ".cache" / "edge-prune"
+IMGSZ = 320
+
+
+def _ort_latency_ms(model: Path, runs: int = 60) -> float:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    probe = np.random.default_rng(0).random((1, 3, IMGSZ, IMGSZ), dtype=np.float32)
+    times = []
+    for _ in range(runs + 5):
+        started = time.perf_counter()
+        session.run(None, {name: probe})
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[5:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prune, fine-tune, export, score; print and write."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ratio", type=float, default=0.2, help="channels removed per layer")
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--lr0", type=float, default=0.002)
+    parser.add_argument("--test-scenes", type=int, default=2, help="per scenario and seed")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    from detection.toolchain.evaluate import evaluate_model
+    from detection.toolchain.export import export_onnx
+    from detection.toolchain.onnx_weights import trainable_checkpoint_from_onnx
+    from detection.toolchain.prune import count_macs, prune_checkpoint
+    from detection.toolchain.train import FineTuneSpec, finetune_detector
+
+    started = time.perf_counter()
+    _calibration, data_yaml = _data()
+    names = json.loads((MODELS / "manifest.json").read_text())["class_names"]
+    train_images = sorted((data_yaml.parent / "images" / "train").glob("*.jpg"))
+    sample = [np.asarray(cv2.imread(str(p)), np.uint8) for p in train_images[::20][:64]]
+    trainable = trainable_checkpoint_from_onnx(
+        EDGE_ONNX, "yolov5n.yaml", names, sample, WORK / "edge.trainable.pt"
+    )
+    pruned = prune_checkpoint(trainable, WORK / "pruned.pt", args.ratio, IMGSZ)
+    schedule = FineTuneSpec(imgsz=IMGSZ, epochs=args.epochs, lr0=args.lr0, batch=16)
+    tuned = finetune_detector(
+        pruned.path, schedule, data_yaml, WORK, "pruned-tuned", keep_architecture=True
+    )
+    onnx = export_onnx(str(tuned.weights), WORK / "onnx", IMGSZ, dynamic=True)
+
+    import torch
+
+    tuned_model = torch.load(tuned.weights, map_location="cpu", weights_only=False)["model"]
+    tuned_macs, tuned_params = count_macs(tuned_model.float(), IMGSZ)
+    tests = held_out_sets(names, args.test_scenes)
+    variants: list[tuple[str, Path, float, int, bool]] = [
+        ("FP32 committed", EDGE_ONNX, pruned.macs_before, pruned.params_before, True),
+        ("pruned, not fine-tuned", pruned.path, pruned.macs_after, pruned.params_after, False),
+        (f"pruned, fine-tuned {args.epochs} epochs", onnx, tuned_macs, tuned_params, True),
+    ]
+    rows: list[dict[str, Any]] = []
+    for label, path, macs, params, timed in variants:
+        scores = [evaluate_model(path, tests[seed], IMGSZ) for seed in (1, 2)]
+        rows.append(
+            {
+                "model": label,
+                "file": str(path.relative_to(REPO_ROOT)),
+                "mmacs": macs / 1e6,
+                "params": params,
+                "ort_ms": _ort_latency_ms(path) if timed else None,
+                "test_seed1_map50_95": scores[0].map50_95,
+                "test_seed2_map50_95": scores[1].map50_95,
+                "test_mean_map50_95": statistics.fmean(s.map50_95 for s in scores),
+                "test_mean_map50": statistics.fmean(s.map50 for s in scores),
+            }
+        )
+    base = rows[0]
+    lines = [
+        f"## Structured pruning of the edge model (ratio {args.ratio:g}, 320x320)",
+        "",
+        f"Held-out seeds 1 and 2, {args.test_scenes} scenes per scenario each "
+        f"({len(tests[1])} + {len(tests[2])} images). Fine-tuning: {args.epochs} epochs on the "
+        f"committed models' training scenes, SGD lr0 {args.lr0:g}, {tuned.seconds:.0f} s.",
+        "",
+        "| model | MMACs | params | ORT ms (1 thread) | mAP50-95 seed 1 | seed 2 | mean "
+        "| vs FP32 (points) | mAP50 mean |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        latency = "–" if row["ort_ms"] is None else f"{row['ort_ms']:.1f}"
+        lines.append(
+            f"| {row['model']} | {row['mmacs']:.0f} ({row['mmacs'] / base['mmacs'] - 1:+.0%}) | "
+            f"{row['params']:,} | {latency} | {row['test_seed1_map50_95']:.4f} | "
+            f"{row['test_seed2_map50_95']:.4f} | {row['test_mean_map50_95']:.4f} | "
+            f"{(row['test_mean_map50_95'] - base['test_mean_map50_95']) * 100:+.2f} | "
+            f"{row['test_mean_map50']:.4f} |"
+        )
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    lines += ["", f"{time.perf_counter() - started:.0f} s; `python -m bench.edge_prune {command}`"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "edge_prune.md").write_text(text)
+        record = {"ratio": args.ratio, "epochs": args.epochs, "lr0": args.lr0, "rows": rows}
+        (RESULTS / "edge_prune.json").write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
