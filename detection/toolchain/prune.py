@@ -97,3 +97,87 @@ def prune_checkpoint(checkpoint: Path, out: Path, ratio: float, imgsz: int = 320
         params_after,
     )
     return result
+
+
+@dataclass(frozen=True)
+class PrunedModel:
+    """The pruned, fine-tuned network exported to ONNX, with its counts and training time."""
+
+    onnx: Path
+    weights: Path
+    pruned: PruneResult
+    macs: float
+    params: int
+    train_seconds: float
+
+
+def trainable_source(source: Path, architecture: str, data_yaml: Path, work: Path) -> Path:
+    """An unfused checkpoint of `source`: a `.pt` as it is, an ONNX export rebuilt with its batch
+    norms re-inserted from 64 of the training images."""
+    if source.suffix.lower() == ".pt":
+        return source
+    if source.suffix.lower() != ".onnx":
+        raise ExportError(f"the source must be an ultralytics .pt or its ONNX export: {source}")
+    import cv2
+    import numpy as np
+
+    from detection.toolchain.dataset import load_dataset
+    from detection.toolchain.evaluate import onnx_class_names
+    from detection.toolchain.onnx_weights import trainable_checkpoint_from_onnx
+
+    names = onnx_class_names(source)
+    train = load_dataset(data_yaml, "train").images
+    sample = [
+        np.asarray(cv2.imread(str(i.path), cv2.IMREAD_COLOR), np.uint8)
+        for i in train[:: max(1, len(train) // 64)][:64]
+    ]
+    out = work / f"{source.stem}.trainable.pt"
+    return trainable_checkpoint_from_onnx(source, architecture, names, sample, out)
+
+
+def prune_and_finetune(
+    source: Path,
+    data_yaml: Path,
+    ratio: float,
+    schedule: Any,
+    work: Path,
+    architecture: str = "yolov5n.yaml",
+) -> PrunedModel:
+    """Prune `source` (`.pt` or its ONNX export), fine-tune the pruned network on `data_yaml`'s
+    train split with `schedule` (a `train.FineTuneSpec`) and export it to ONNX in `work`."""
+    import torch
+
+    from detection.toolchain.export import export_onnx
+    from detection.toolchain.train import finetune_detector
+
+    work.mkdir(parents=True, exist_ok=True)
+    trainable = trainable_source(source, architecture, data_yaml, work)
+    pruned = prune_checkpoint(trainable, work / "pruned.pt", ratio, schedule.imgsz)
+    tuned = finetune_detector(
+        pruned.path, schedule, data_yaml, work, "pruned-tuned", keep_architecture=True
+    )
+    onnx = export_onnx(str(tuned.weights), work / "onnx", schedule.imgsz, dynamic=True)
+    model = torch.load(tuned.weights, map_location="cpu", weights_only=False)["model"]
+    macs, params = count_macs(model.float(), schedule.imgsz)
+    return PrunedModel(onnx, tuned.weights, pruned, macs, params, tuned.seconds)
+
+
+def onnx_latency_ms(model: Path, imgsz: int, runs: int = 60) -> float:
+    """Median ONNX Runtime time of one `imgsz` x `imgsz` frame, one thread."""
+    import statistics
+    import time
+
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    probe = np.random.default_rng(0).random((1, 3, imgsz, imgsz), dtype=np.float32)
+    times = []
+    for _ in range(runs + 5):
+        started = time.perf_counter()
+        session.run(None, {name: probe})
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[5:])

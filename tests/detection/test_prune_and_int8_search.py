@@ -89,3 +89,21 @@ def test_the_int8_search_finds_the_blocks_and_keeps_the_best_variant(tmp_path: P
     assert [s.float_blocks for s in result.steps] == [("Conv_0",)]  # 0.54 - 0.53 <= 0.015
     assert result.chosen.float_blocks == ("Conv_0",) and result.chosen.path.is_file()
     assert [p.stem for p in scored] == ["int8", "float-C3_2", "float-Conv_0", "mixed-1"]
+
+
+def test_the_prune_command_says_what_is_wrong_in_one_line(
+    trainable: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from detection.toolchain.cli import main
+
+    base = ["prune", "--data", str(tmp_path / "data.yaml"), "--out", str(tmp_path / "out"),
+            "--work", str(tmp_path / "work")]  # fmt: skip
+    cases = [
+        (["--source", str(tmp_path / "none.pt")], "source model not found"),
+        (["--source", str(trainable), "--ratio", "0.95"], "pruning ratio must be in (0, 0.9)"),
+    ]
+    for extra, message in cases:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("vision-toolchain: error: ") and message in err[-1], err
+    assert not (tmp_path / "out").exists()
