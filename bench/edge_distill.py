@@ -136,7 +136,7 @@ def labelled_set(
 
 def general_sets(replay_scenes: int) -> Path:
     """The build's validation split (the general set) and a replay split of training scenes."""
-    root = CACHE / "edge-distill" / "general"
+    root = CACHE / "edge-distill" / f"general-r{replay_scenes}"
     if not (root / "data.yaml").is_file():
         config = DatasetConfig(
             scenes_per_split=(replay_scenes, 4, 0), frames_per_scene=125, every_n_frames=5, seed=0
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=5, help="collect every Nth frame")
     parser.add_argument("--lr0", type=float, default=0.002)
     parser.add_argument("--replay", type=float, default=0.5, help="replayed per camera image")
-    parser.add_argument("--replay-scenes", type=int, default=16)
+    parser.add_argument("--replay-scenes", type=int, default=4, help="x 25 images")
     parser.add_argument("--label-score", type=float, default=0.3)
     parser.add_argument("--ignore-score", type=float, default=0.15)
     parser.add_argument("--no-write", action="store_true", help="print only")
