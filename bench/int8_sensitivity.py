@@ -35,23 +35,10 @@ IMGSZ = 320
 
 
 def _data() -> tuple[Path, Path]:
-    """(calibration folder, validation data.yaml) of the committed models' build (seed 0)."""
-    from testbed.build_models import CALIBRATION_IMAGES, _calibration_folder, _parse
-    from testbed.scenes.dataset import DatasetConfig, write_dataset
+    """(calibration folder, data.yaml) of the committed models' build (seed 0)."""
+    from testbed.build_models import committed_data
 
-    build = _parse([])
-    data = WORK / "data"
-    if not (data / "data.yaml").is_file():
-        config = DatasetConfig(
-            scenes_per_split=(build.train_scenes, build.val_scenes, 0),
-            frames_per_scene=build.frames_per_scene,
-            every_n_frames=build.every,
-            seed=build.seed,
-        )
-        write_dataset(config, data, REPO_ROOT / ".cache" / "media")
-    calibration = WORK / "calibration"
-    if not calibration.is_dir():
-        _calibration_folder(data, calibration, CALIBRATION_IMAGES)
+    data, calibration = committed_data(WORK)
     return calibration, data / "data.yaml"
 
 

@@ -69,6 +69,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def committed_data(work: Path) -> tuple[Path, Path]:
+    """(data folder, calibration folder) of the committed models' build (seed 0): the training
+    and validation scenes regenerated into `work/data` (kept when there) and the 200 INT8
+    calibration frames picked from them into `work/calibration`."""
+    build = _parse([])
+    data = work / "data"
+    if not (data / "data.yaml").is_file():
+        config = DatasetConfig(
+            scenes_per_split=(build.train_scenes, build.val_scenes, 0),
+            frames_per_scene=build.frames_per_scene,
+            every_n_frames=build.every,
+            seed=build.seed,
+        )
+        write_dataset(config, data, REPO_ROOT / ".cache" / "media")
+    calibration = _calibration_folder(data, work / "calibration", CALIBRATION_IMAGES)
+    return data, calibration
+
+
 def _data(args: argparse.Namespace, cache: Path) -> tuple[Path, Path]:
     work = args.work
     data_yaml = work / "data" / "data.yaml"

@@ -39,26 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     """Rebuild, calibrate, export; print the manifest values."""
     from detection.toolchain.export import export_tflite_int8
     from detection.toolchain.onnx_weights import checkpoint_from_onnx
-    from testbed.build_models import CALIBRATION_IMAGES, _calibration_folder, _parse
-    from testbed.scenes.dataset import DatasetConfig, write_dataset
+    from testbed.build_models import committed_data
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", type=_shape, required=True, help="HEIGHT,WIDTH, e.g. 192,320")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / ".cache" / "reexport-edge")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    build = _parse([])  # the committed models' build settings (seed 0)
     manifest = json.loads((REPO_ROOT / "models" / "manifest.json").read_text())
-    data = args.work / "data"
-    if not (data / "data.yaml").is_file():
-        config = DatasetConfig(
-            scenes_per_split=(build.train_scenes, build.val_scenes, 0),
-            frames_per_scene=build.frames_per_scene,
-            every_n_frames=build.every,
-            seed=build.seed,
-        )
-        write_dataset(config, data, REPO_ROOT / ".cache" / "media")
-    calibration = _calibration_folder(data, args.work / "calibration", CALIBRATION_IMAGES)
+    _data, calibration = committed_data(args.work)
     checkpoint = checkpoint_from_onnx(
         EDGE_ONNX, ARCHITECTURE, manifest["class_names"], args.work / "edge-yolov5n-320.pt"
     )
