@@ -392,13 +392,19 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--current", type=Path, required=True, help="model in service (any format)")
     dis.add_argument("--general-data", type=Path, required=True, help="general labelled val set")
     dis.add_argument("--replay-data", type=Path, help="YOLO set whose train split is replayed")
-    dis.add_argument("--replay-fraction", type=_fraction, default=0.5, help="per camera image")
+    dis.add_argument(
+        "--replay-fraction", type=_fraction, default=0.5, help="replayed images per camera image"
+    )
     dis.add_argument("--out", type=Path, required=True, help="where the accepted model goes")
     dis.add_argument("--work", type=Path, default=Path(".cache/distill"), help="scratch folder")
     dis.add_argument("--architecture", default="yolov5n.yaml", help="YAML of an ONNX --base")
     cut = LabelCut()
-    dis.add_argument("--label-score", type=_fraction, default=cut.label_score, help="labels from")
-    dis.add_argument("--ignore-score", type=_fraction, default=cut.ignore_score, help="masked from")
+    dis.add_argument(
+        "--label-score", type=_fraction, default=cut.label_score, help="cloud boxes kept as labels"
+    )
+    dis.add_argument(
+        "--ignore-score", type=_fraction, default=cut.ignore_score, help="below labels: masked"
+    )
     dis.add_argument("--holdout", type=_fraction, default=0.2, help="newest share held out")
     dis.add_argument("--max-images", type=_positive, default=500, help="newest images used")
     dis.add_argument("--min-camera-gain", type=float, default=0.0, help="mAP50 gain needed")
