@@ -1,6 +1,6 @@
 """Structured channel pruning of the edge model, fine-tuned back: FLOPs, latency and mAP.
 
-    python -m bench.edge_prune [--ratio 0.2] [--epochs 8] [--test-scenes 2]
+    python -m bench.edge_prune [--ratio 0.15] [--epochs 15] [--test-scenes 2]
 
 Rebuilds the edge network from its committed ONNX export with batch norms re-inserted
 (`onnx_weights.trainable_checkpoint_from_onnx`), prunes `--ratio` of the channels of every
@@ -31,9 +31,9 @@ IMGSZ = 320
 def main(argv: list[str] | None = None) -> int:
     """Prune, fine-tune, export, score; print and write."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ratio", type=float, default=0.2, help="channels removed per layer")
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--lr0", type=float, default=0.002)
+    parser.add_argument("--ratio", type=float, default=0.15, help="channels removed per layer")
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--lr0", type=float, default=0.005)
     parser.add_argument("--test-scenes", type=int, default=2, help="per scenario and seed")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)

@@ -20,6 +20,11 @@ from detection.toolchain.export import ExportError, offline_environment
 
 logger = logging.getLogger(__name__)
 
+# Layer widths stay multiples of 4: CPU kernels vectorise over channels, and odd widths made the
+# pruned network slower than the original in ONNX Runtime (bench.edge_prune, ratio 0.2: 36 %
+# fewer MACs, 15.1 vs 12.5 ms). Multiples of 8 would halve YOLOv5n's 16-channel layers.
+ROUND_TO = 4
+
 
 @dataclass(frozen=True)
 class PruneResult:
@@ -47,9 +52,12 @@ def count_macs(model: Any, imgsz: int) -> tuple[float, int]:
     return float(macs), int(params)
 
 
-def prune_checkpoint(checkpoint: Path, out: Path, ratio: float, imgsz: int = 320) -> PruneResult:
+def prune_checkpoint(
+    checkpoint: Path, out: Path, ratio: float, imgsz: int = 320, round_to: int = ROUND_TO
+) -> PruneResult:
     """Write `out`: `checkpoint`'s network (an unfused ultralytics `.pt`) with `ratio` of the
-    output channels of every prunable convolution removed."""
+    output channels of every prunable convolution removed, widths kept multiples of
+    `round_to`."""
     if not 0.0 < ratio < 0.9:
         raise ExportError(f"pruning ratio must be in (0, 0.9), got {ratio}")
     if not checkpoint.is_file():
@@ -79,6 +87,7 @@ def prune_checkpoint(checkpoint: Path, out: Path, ratio: float, imgsz: int = 320
         importance=tp.importance.GroupMagnitudeImportance(p=2),
         pruning_ratio=ratio,
         ignored_layers=ignored,
+        round_to=round_to,
     )
     pruner.step()
     macs_after, params_after = count_macs(model, imgsz)
