@@ -35,9 +35,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
-
 from detection.errors import DetectionError
 from detection.label_format import read_camera_records
 from detection.metrics import MetricsResult
@@ -50,6 +47,7 @@ from detection.toolchain.distill_data import (
 )
 from detection.toolchain.evaluate import evaluate_model, onnx_class_names
 from detection.toolchain.export import ExportError, export_tflite_int8
+from detection.toolchain.onnx_weights import trainable_checkpoint
 from detection.toolchain.train import FineTuneSpec, finetune_detector
 
 logger = logging.getLogger(__name__)
@@ -171,26 +169,6 @@ def _class_names(settings: DistillSettings) -> tuple[str, ...]:
     return names
 
 
-def _trainable(settings: DistillSettings, names: tuple[str, ...], sample: list[Path]) -> Path:
-    base = settings.base
-    if not base.is_file():
-        raise ExportError(f"base model not found: {base}")
-    if base.suffix.lower() == ".pt":
-        return base
-    if base.suffix.lower() != ".onnx":
-        raise ExportError(f"the base model must be an ultralytics .pt or its ONNX export: {base}")
-    from detection.toolchain.onnx_weights import trainable_checkpoint_from_onnx
-
-    images = [np.asarray(cv2.imread(str(p), cv2.IMREAD_COLOR), np.uint8) for p in sample]
-    target = settings.work / f"{base.stem}.trainable.pt"
-    return trainable_checkpoint_from_onnx(
-        base, settings.architecture, names, images, target, imgsz=PROBE_IMGSZ
-    )
-
-
-PROBE_IMGSZ = 320
-
-
 def _calibration(images: Path, folder: Path) -> Path:
     """Up to `CALIBRATION_IMAGES` training images, camera and replayed ones in their proportion
     (calibrating on the camera alone would set activation ranges the general set overflows)."""
@@ -260,7 +238,7 @@ def distill(settings: DistillSettings, schedule: FineTuneSpec) -> DistillReport:
             "to score on (lower the label score, or collect more)"
         )
     sample = [r.image for r in train[:: max(1, len(train) // BN_SAMPLE_IMAGES)]]
-    checkpoint = _trainable(settings, names, sample)
+    checkpoint = trainable_checkpoint(settings.base, settings.architecture, sample, settings.work)
     trained = finetune_detector(checkpoint, schedule, data.data_yaml, settings.work, "distilled")
     calibration = _calibration(data.images, settings.work / "calibration")
     exported = export_tflite_int8(

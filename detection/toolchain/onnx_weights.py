@@ -214,3 +214,33 @@ def trainable_checkpoint_from_onnx(
             bn.bias.copy_((mean + bias).float())
     model.names = dict(enumerate(class_names))
     return _check_and_save(model, onnx_path, architecture, out)
+
+
+def trainable_checkpoint(
+    source: Path, architecture: str, sample: Sequence[Path], work: Path, imgsz: int = 320
+) -> Path:
+    """`source` as a checkpoint to fine-tune: an ultralytics `.pt` as it is; an ONNX export of
+    `architecture` rebuilt with its batch norms re-inserted from the `sample` images, saved in
+    `work`."""
+    if not source.is_file():
+        raise ExportError(f"model not found: {source}")
+    suffix = source.suffix.lower()
+    if suffix == ".pt":
+        return source
+    if suffix != ".onnx":
+        raise ExportError(f"expected an ultralytics .pt or its ONNX export, got {source}")
+    import cv2
+
+    from detection.toolchain.evaluate import onnx_class_names
+
+    names = onnx_class_names(source)
+    if not names:
+        raise ExportError(f"{source} does not name its classes (metadata `names`)")
+    images = []
+    for path in sample:
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is None:
+            raise ExportError(f"cannot read sample image {path}")
+        images.append(np.asarray(image, np.uint8))
+    target = work / f"{source.stem}.trainable.pt"
+    return trainable_checkpoint_from_onnx(source, architecture, names, images, target, imgsz)

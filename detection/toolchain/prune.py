@@ -120,30 +120,6 @@ class PrunedModel:
     train_seconds: float
 
 
-def trainable_source(source: Path, architecture: str, data_yaml: Path, work: Path) -> Path:
-    """An unfused checkpoint of `source`: a `.pt` as it is, an ONNX export rebuilt with its batch
-    norms re-inserted from 64 of the training images."""
-    if source.suffix.lower() == ".pt":
-        return source
-    if source.suffix.lower() != ".onnx":
-        raise ExportError(f"the source must be an ultralytics .pt or its ONNX export: {source}")
-    import cv2
-    import numpy as np
-
-    from detection.toolchain.dataset import load_dataset
-    from detection.toolchain.evaluate import onnx_class_names
-    from detection.toolchain.onnx_weights import trainable_checkpoint_from_onnx
-
-    names = onnx_class_names(source)
-    train = load_dataset(data_yaml, "train").images
-    sample = [
-        np.asarray(cv2.imread(str(i.path), cv2.IMREAD_COLOR), np.uint8)
-        for i in train[:: max(1, len(train) // 64)][:64]
-    ]
-    out = work / f"{source.stem}.trainable.pt"
-    return trainable_checkpoint_from_onnx(source, architecture, names, sample, out)
-
-
 def prune_and_finetune(
     source: Path,
     data_yaml: Path,
@@ -160,7 +136,12 @@ def prune_and_finetune(
     from detection.toolchain.train import finetune_detector
 
     work.mkdir(parents=True, exist_ok=True)
-    trainable = trainable_source(source, architecture, data_yaml, work)
+    from detection.toolchain.dataset import load_dataset
+    from detection.toolchain.onnx_weights import trainable_checkpoint
+
+    train = load_dataset(data_yaml, "train").images
+    sample = [i.path for i in train[:: max(1, len(train) // 64)][:64]]
+    trainable = trainable_checkpoint(source, architecture, sample, work)
     pruned = prune_checkpoint(trainable, work / "pruned.pt", ratio, schedule.imgsz)
     tuned = finetune_detector(
         pruned.path, schedule, data_yaml, work, "pruned-tuned", keep_architecture=True

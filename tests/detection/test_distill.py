@@ -45,7 +45,7 @@ running = test_model_swap.running  # a running agent on the events scene (fixtur
 
 
 def _truth_answer(shift: float = 0.0, rotate: int = 0) -> Callable[..., list[pb.Detection]]:
-    """A cloud that answers the ground truth (at 0.9, every third box at 0.35: uncertain), or
+    """A cloud that answers the ground truth (at 0.9, every third box at 0.2: uncertain), or
     wrong labels: boxes shifted by `shift` of their width, classes rotated by `rotate`."""
 
     def answer(_image: np.ndarray, truth: GroundTruth) -> list[pb.Detection]:
@@ -59,7 +59,7 @@ def _truth_answer(shift: float = 0.0, rotate: int = 0) -> Callable[..., list[pb.
                 pb.Detection(
                     class_id=cls,
                     class_name=NAMES[cls],
-                    score=0.35 if number % 3 == 2 else 0.9,
+                    score=0.2 if number % 3 == 2 else 0.9,
                     x1=float(x1 + dx),
                     y1=float(y1),
                     x2=float(x2 + dx),
@@ -104,11 +104,11 @@ def test_the_store_reads_back_in_time_order_and_splits_by_time(tmp_path: Path) -
     train, held = split_by_time(records, 0.25)
     assert (len(train), len(held)) == (30, 10) and held[0].capture_s > train[-1].capture_s
 
-    cut = LabelCut(label_score=0.5, ignore_score=0.25)
+    cut = LabelCut()  # labels from 0.3, uncertain from 0.15
     held_set = held_out_dataset(held, cut, NAMES)
     ignored = sum(int(i.ground_truth.ignore.sum()) for i in held_set.images)
     total = sum(len(r.score) for r in held)
-    assert 0 < ignored < total  # the 0.35 boxes are neither hits nor misses
+    assert 0 < ignored < total  # the 0.2 boxes are neither hits nor misses
     written = write_training_set(train, cut, NAMES, tmp_path / "set")
     lines = sum(len(p.read_text().splitlines()) for p in (tmp_path / "set/labels/train").iterdir())
     assert lines == written.label_boxes > 0 and written.masked_boxes > 0
