@@ -52,14 +52,19 @@ def count_macs(model: Any, imgsz: int) -> tuple[float, int]:
     return float(macs), int(params)
 
 
+def check_ratio(ratio: float) -> None:
+    """A pruning ratio must leave every layer some channels."""
+    if not 0.0 < ratio < 0.9:
+        raise ExportError(f"pruning ratio must be in (0, 0.9), got {ratio}")
+
+
 def prune_checkpoint(
     checkpoint: Path, out: Path, ratio: float, imgsz: int = 320, round_to: int = ROUND_TO
 ) -> PruneResult:
     """Write `out`: `checkpoint`'s network (an unfused ultralytics `.pt`) with `ratio` of the
     output channels of every prunable convolution removed, widths kept multiples of
     `round_to`."""
-    if not 0.0 < ratio < 0.9:
-        raise ExportError(f"pruning ratio must be in (0, 0.9), got {ratio}")
+    check_ratio(ratio)
     if not checkpoint.is_file():
         raise ExportError(f"checkpoint to prune not found: {checkpoint}")
     offline_environment()
@@ -132,13 +137,13 @@ def prune_and_finetune(
     train split with `schedule` (a `train.FineTuneSpec`) and export it to ONNX in `work`."""
     import torch
 
+    from detection.toolchain.dataset import load_dataset
     from detection.toolchain.export import export_onnx
+    from detection.toolchain.onnx_weights import trainable_checkpoint
     from detection.toolchain.train import finetune_detector
 
+    check_ratio(ratio)  # before anything slow
     work.mkdir(parents=True, exist_ok=True)
-    from detection.toolchain.dataset import load_dataset
-    from detection.toolchain.onnx_weights import trainable_checkpoint
-
     train = load_dataset(data_yaml, "train").images
     sample = [i.path for i in train[:: max(1, len(train) // 64)][:64]]
     trainable = trainable_checkpoint(source, architecture, sample, work)
