@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    from detection.toolchain.evaluate import evaluate_model
-    from detection.toolchain.prune import onnx_latency_ms, prune_and_finetune
+    from detection.toolchain.evaluate import evaluate_model, model_latency_ms
+    from detection.toolchain.prune import prune_and_finetune
     from detection.toolchain.train import FineTuneSpec
 
     started = time.perf_counter()
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 "file": str(path.relative_to(REPO_ROOT)),
                 "mmacs": macs / 1e6,
                 "params": params,
-                "ort_ms": onnx_latency_ms(path, IMGSZ) if timed else None,
+                "ort_ms": model_latency_ms(path, IMGSZ) if timed else None,
                 "test_seed1_map50_95": scores[0].map50_95,
                 "test_seed2_map50_95": scores[1].map50_95,
                 "test_mean_map50_95": statistics.fmean(s.map50_95 for s in scores),

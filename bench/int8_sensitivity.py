@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from detection.toolchain.dataset import LabelledDataset
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -56,22 +54,6 @@ def held_out_sets(names: list[str], scenes: int) -> dict[int, LabelledDataset]:
     return merged
 
 
-def _latency_ms(model: Path, runs: int = 60) -> float:
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_path=str(model), num_threads=1)
-    interpreter.allocate_tensors()
-    entry = interpreter.get_input_details()[0]
-    probe = np.random.default_rng(0).random(tuple(entry["shape"]), dtype=np.float32)
-    times = []
-    for _ in range(runs + 5):
-        interpreter.set_tensor(entry["index"], probe)
-        started = time.perf_counter()
-        interpreter.invoke()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times[5:])
-
-
 def main(argv: list[str] | None = None) -> int:
     """Search, score, print, write."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -85,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     from detection.toolchain.dataset import load_dataset
-    from detection.toolchain.evaluate import evaluate_model
+    from detection.toolchain.evaluate import evaluate_model, model_latency_ms
     from detection.toolchain.export import export_tflite_float
     from detection.toolchain.onnx_weights import checkpoint_from_onnx
     from detection.toolchain.sensitivity import search
@@ -132,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 "test_seed1_map50_95": scores[0],
                 "test_seed2_map50_95": scores[1],
                 "test_mean_map50_95": statistics.fmean(scores),
-                "latency_ms": _latency_ms(path) if path.suffix == ".tflite" else None,
+                "latency_ms": model_latency_ms(path, IMGSZ) if path.suffix == ".tflite" else None,
                 "bytes": path.stat().st_size,
             }
         )

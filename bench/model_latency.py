@@ -15,28 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from pathlib import Path
 
-import numpy as np
-
-from detection.runtimes.base import Runtime, create_runtime
+from detection.runtimes.base import create_runtime
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
+from detection.toolchain.evaluate import infer_ms
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
-
-
-def _time_ms(runtime: Runtime, batch: int, size: int, repeats: int) -> float:
-    images = np.random.default_rng(0).random((batch, 3, size, size), dtype=np.float32)
-    runtime.infer(images)  # warm-up
-    runs = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        runtime.infer(images)
-        runs.append((time.perf_counter() - started) * 1000.0 / batch)
-    return statistics.median(runs)
 
 
 def _yaml_models(skip_x: bool) -> list[tuple[str, Path, int]]:
@@ -95,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             runtime = create_runtime(config)
             name, batches = "ONNX Runtime", (1, 2, 4)
         try:
-            times = [_time_ms(runtime, b, size, args.repeats) for b in batches]
+            times = [infer_ms(runtime, b, size, args.repeats) for b in batches]
         finally:
             runtime.close()
         reference = reference or times[0]

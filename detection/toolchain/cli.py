@@ -251,7 +251,8 @@ def run_import_command(args: argparse.Namespace) -> int:
 
 def run_prune(args: argparse.Namespace) -> int:
     """`prune`: structured pruning, fine-tuning, ONNX export, and a before/after table."""
-    from detection.toolchain.prune import onnx_latency_ms, prune_and_finetune
+    from detection.toolchain.evaluate import model_latency_ms
+    from detection.toolchain.prune import prune_and_finetune
     from detection.toolchain.train import FineTuneSpec
 
     _check_backend("torch_pruning", "prune")
@@ -273,7 +274,7 @@ def run_prune(args: argparse.Namespace) -> int:
     print("| model | MMACs | params | ORT ms (1 thread) | mAP50-95 | mAP50 |")
     print("|---|---:|---:|---:|---:|---:|")
     for label, path, macs, params in rows:
-        latency = onnx_latency_ms(path, args.imgsz) if path.suffix == ".onnx" else float("nan")
+        latency = model_latency_ms(path, args.imgsz) if path.suffix == ".onnx" else float("nan")
         scores = evaluate_model(path, evaluation, args.imgsz) if evaluation else None
         accuracy = f"{scores.map50_95:.4f} | {scores.map50:.4f}" if scores else "– | –"
         print(f"| {label} | {macs / 1e6:.0f} | {params:,} | {latency:.1f} | {accuracy} |")

@@ -110,6 +110,20 @@ def read_labels(path: Path, size: tuple[int, int]) -> GroundTruth:
     )
 
 
+def yolo_lines(
+    xyxy: npt.NDArray[np.float32], class_id: npt.NDArray[np.int64], size: tuple[int, int]
+) -> list[str]:
+    """Pixel `xyxy` boxes of an image of `size` (height, width) as YOLO label lines
+    `class cx cy w h` (normalised): what `read_labels` reads back."""
+    height, width = size
+    lines = []
+    for (x1, y1, x2, y2), cls in zip(xyxy, class_id, strict=True):
+        cx, cy = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height
+        w, h = (x2 - x1) / width, (y2 - y1) / height
+        lines.append(f"{int(cls)} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}")
+    return lines
+
+
 def _labels_dir(images_dir: Path) -> Path:
     parts = list(images_dir.parts)
     for i in range(len(parts) - 1, -1, -1):

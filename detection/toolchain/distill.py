@@ -217,6 +217,13 @@ def distill(settings: DistillSettings, schedule: FineTuneSpec) -> DistillReport:
         raise ExportError(f"model in service not found: {settings.current}")
     found = read_camera_records(settings.labels, settings.camera)
     train, held = split_by_time(found.records, settings.holdout_fraction, settings.max_records)
+    for part, records in (("training", train), ("held-out", held)):
+        if not any(settings.cut.split(r)[0].any() for r in records):
+            raise ExportError(
+                f"the cloud answered no box scoring >= {settings.cut.label_score:g} in the "
+                f"camera's {part} records: nothing to learn from or to score on (lower the label "
+                "score, or collect more)"
+            )
     names = _class_names(settings)
     general = load_dataset(settings.general_data)
     settings.work.mkdir(parents=True, exist_ok=True)
@@ -230,13 +237,6 @@ def distill(settings: DistillSettings, schedule: FineTuneSpec) -> DistillReport:
         seed=schedule.seed,
     )
     camera = held_out_dataset(held, settings.cut, names)
-    truth_boxes = sum(int((~i.ground_truth.ignore).sum()) for i in camera.images)
-    if truth_boxes == 0 or data.label_boxes == 0:
-        raise ExportError(
-            f"the cloud answered no box scoring >= {settings.cut.label_score:g} in the camera's "
-            f"{'held-out' if truth_boxes == 0 else 'training'} records: nothing to learn from or "
-            "to score on (lower the label score, or collect more)"
-        )
     sample = [r.image for r in train[:: max(1, len(train) // BN_SAMPLE_IMAGES)]]
     checkpoint = trainable_checkpoint(settings.base, settings.architecture, sample, settings.work)
     trained = finetune_detector(checkpoint, schedule, data.data_yaml, settings.work, "distilled")

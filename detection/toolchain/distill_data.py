@@ -30,7 +30,7 @@ import yaml
 from detection.label_format import LabelRecord
 from detection.letterbox import PAD_VALUE
 from detection.metrics import GroundTruth
-from detection.toolchain.dataset import LabelledDataset, LabelledImage, load_dataset
+from detection.toolchain.dataset import LabelledDataset, LabelledImage, load_dataset, yolo_lines
 from detection.toolchain.export import ExportError
 
 logger = logging.getLogger(__name__)
@@ -94,17 +94,11 @@ def held_out_dataset(
     return LabelledDataset(root=root, images=tuple(images), class_names=tuple(class_names))
 
 
-def _yolo_lines(record: LabelRecord, mask: npt.NDArray[np.bool_]) -> list[str]:
-    width, height = record.size
-    lines = []
-    for (x1, y1, x2, y2), class_id in zip(record.xyxy[mask], record.class_id[mask], strict=True):
-        cx, cy = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height
-        w, h = (x2 - x1) / width, (y2 - y1) / height
-        lines.append(f"{int(class_id)} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}")
-    return lines
-
-
-def _write_record(record: LabelRecord, cut: LabelCut, images: Path, labels: Path) -> None:
+def _write_record(
+    record: LabelRecord, cut: LabelCut, images: Path, labels: Path
+) -> tuple[int, int]:
+    """Write one training image (uncertain boxes painted over) and its labels; returns
+    (labels written, boxes masked)."""
     label_mask, uncertain = cut.split(record)
     stem = f"{record.image.parent.name}_{record.image.stem}"
     if uncertain.any():
@@ -117,9 +111,10 @@ def _write_record(record: LabelRecord, cut: LabelCut, images: Path, labels: Path
             raise ExportError(f"cannot write {images / stem}.jpg")
     else:
         shutil.copyfile(record.image, images / f"{stem}.jpg")
-    (labels / f"{stem}.txt").write_text(
-        "".join(f"{line}\n" for line in _yolo_lines(record, label_mask))
-    )
+    size = (record.size[1], record.size[0])
+    lines = yolo_lines(record.xyxy[label_mask], record.class_id[label_mask], size)
+    (labels / f"{stem}.txt").write_text("".join(f"{line}\n" for line in lines))
+    return int(label_mask.sum()), int(uncertain.sum())
 
 
 def _replay(dataset: LabelledDataset, count: int, seed: int, images: Path, labels: Path) -> int:
@@ -128,16 +123,8 @@ def _replay(dataset: LabelledDataset, count: int, seed: int, images: Path, label
     for number, item in enumerate(chosen):
         stem = f"replay{number:05d}_{item.path.stem}"
         shutil.copyfile(item.path, images / f"{stem}{item.path.suffix.lower()}")
-        height, width = item.size
-        truth = item.ground_truth
-        rows = []
-        for (x1, y1, x2, y2), class_id in zip(truth.xyxy, truth.class_id, strict=True):
-            cx, cy = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height
-            rows.append(
-                f"{int(class_id)} {cx:.6f} {cy:.6f} {(x2 - x1) / width:.6f} "
-                f"{(y2 - y1) / height:.6f}\n"
-            )
-        (labels / f"{stem}.txt").write_text("".join(rows))
+        lines = yolo_lines(item.ground_truth.xyxy, item.ground_truth.class_id, item.size)
+        (labels / f"{stem}.txt").write_text("".join(f"{line}\n" for line in lines))
     return len(chosen)
 
 
@@ -172,10 +159,9 @@ def write_training_set(
     labels.mkdir(parents=True)
     label_boxes = masked = 0
     for record in records:
-        _write_record(record, cut, images, labels)
-        label_mask, uncertain = cut.split(record)
-        label_boxes += int(label_mask.sum())
-        masked += int(uncertain.sum())
+        written, painted = _write_record(record, cut, images, labels)
+        label_boxes += written
+        masked += painted
     replayed = 0
     if replay is not None and replay_fraction > 0:
         general = load_dataset(replay, "train")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import logging
 import math
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -67,6 +69,36 @@ def _runtime_config(path: Path, imgsz: int, max_batch: int) -> Any:
         f"{path}: unsupported model format {path.suffix!r}; expected one of "
         f"{', '.join(sorted(MODEL_SUFFIXES))}"
     )
+
+
+def infer_ms(runtime: Runtime, batch: int, size: int, repeats: int) -> float:
+    """Median ms per frame of `runtime` on a random `batch` x 3 x `size` x `size` input, after
+    one warm-up run."""
+    images = np.random.default_rng(0).random((batch, 3, size, size), dtype=np.float32)
+    runtime.infer(images)  # warm-up
+    runs = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        runtime.infer(images)
+        runs.append((time.perf_counter() - started) * 1000.0 / batch)
+    return statistics.median(runs)
+
+
+def model_latency_ms(path: Path, imgsz: int, *, threads: int = 1, repeats: int = 60) -> float:
+    """`infer_ms` of an ONNX or TFLite model file at batch 1 on `threads` CPU threads."""
+    config: OnnxRuntimeConfig | LiteRTConfig
+    kind = MODEL_SUFFIXES.get(path.suffix.lower())
+    if kind == "onnxruntime":
+        config = OnnxRuntimeConfig(model_path=path, intra_op_threads=threads)
+    elif kind == "litert":
+        config = LiteRTConfig(model_path=path, num_threads=threads)
+    else:
+        raise ModelLoadError(f"{path}: latency is timed for ONNX and TFLite models only")
+    runtime = create_runtime(config)
+    try:
+        return infer_ms(runtime, 1, imgsz, repeats)
+    finally:
+        runtime.close()
 
 
 def onnx_class_names(path: Path) -> tuple[str, ...]:

@@ -135,14 +135,6 @@ def checkpoint_from_onnx(
     return _check_and_save(model, onnx_path, architecture, out)
 
 
-def _letterboxed(image: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any]:
-    """`image` (BGR uint8) as the network's RGB 0..1 CHW input, fitted into `size` x `size`."""
-    from detection.letterbox import letterbox
-
-    boxed, _info = letterbox(image, (size, size))
-    return np.ascontiguousarray(boxed[:, :, ::-1].transpose(2, 0, 1), dtype=np.float32) / 255.0
-
-
 def trainable_checkpoint_from_onnx(
     onnx_path: Path,
     architecture: str,
@@ -191,12 +183,14 @@ def trainable_checkpoint_from_onnx(
 
         return hook
 
+    from detection.letterbox import letterbox_batch
+
     handles = [m.bn.register_forward_pre_hook(recorder(n)) for n, m in convs.items()]
     model.eval()
     try:
         with torch.no_grad():
             for start in range(0, len(images), 8):
-                batch = np.stack([_letterboxed(i, imgsz) for i in images[start : start + 8]])
+                batch, _infos = letterbox_batch(images[start : start + 8], (imgsz, imgsz))
                 model(torch.from_numpy(batch))
     finally:
         for handle in handles:

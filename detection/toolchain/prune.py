@@ -155,24 +155,3 @@ def prune_and_finetune(
     model = torch.load(tuned.weights, map_location="cpu", weights_only=False)["model"]
     macs, params = count_macs(model.float(), schedule.imgsz)
     return PrunedModel(onnx, tuned.weights, pruned, macs, params, tuned.seconds)
-
-
-def onnx_latency_ms(model: Path, imgsz: int, runs: int = 60) -> float:
-    """Median ONNX Runtime time of one `imgsz` x `imgsz` frame, one thread."""
-    import statistics
-    import time
-
-    import numpy as np
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    probe = np.random.default_rng(0).random((1, 3, imgsz, imgsz), dtype=np.float32)
-    times = []
-    for _ in range(runs + 5):
-        started = time.perf_counter()
-        session.run(None, {name: probe})
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times[5:])
