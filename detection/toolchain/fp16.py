@@ -17,6 +17,11 @@ logger = logging.getLogger(__name__)
 _MIN_ELEMENTS = 16  # tiny tensors (shapes, scalars) stay as they are: no gain, more nodes
 
 
+FP16_SUFFIX = "__fp16"
+"""What `store_weights_fp16` appends to the name of an initializer it stores as float16 (a Cast
+node makes the float32 tensor of the original name from it)."""
+
+
 def store_weights_fp16(source: Path, target: Path) -> Path:
     """Write `target`: `source` with its large float32 initializers stored as float16."""
     import numpy as np
@@ -35,7 +40,7 @@ def store_weights_fp16(source: Path, target: Path) -> Path:
         array = numpy_helper.to_array(init)
         if array.size < _MIN_ELEMENTS or np.abs(array).max(initial=0.0) > 65000:
             continue
-        half_name = f"{init.name}__fp16"
+        half_name = f"{init.name}{FP16_SUFFIX}"
         graph.initializer.remove(init)
         graph.initializer.append(numpy_helper.from_array(array.astype(np.float16), half_name))
         casts.append(helper.make_node("Cast", [half_name], [init.name], to=TensorProto.FLOAT))

@@ -48,7 +48,16 @@ def _initializers(onnx_path: Path) -> dict[str, np.ndarray[Any, Any]]:
         model = onnx.load(str(onnx_path))
     except (OSError, ValueError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
         raise ExportError(f"cannot read ONNX model {onnx_path}: {exc}") from exc
-    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    from detection.toolchain.fp16 import FP16_SUFFIX
+
+    out = {}
+    for init in model.graph.initializer:
+        array = numpy_helper.to_array(init)
+        if init.name.endswith(FP16_SUFFIX):  # stored as float16 by store_weights_fp16
+            out[init.name.removesuffix(FP16_SUFFIX)] = array.astype(np.float32)
+        else:
+            out[init.name] = array
+    return out
 
 
 def _output_difference(model: Any, onnx_path: Path, size: tuple[int, int]) -> float:
