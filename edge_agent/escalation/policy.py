@@ -184,7 +184,7 @@ class EscalationDecision:
 
 @dataclass
 class _CameraState:
-    last_sent: float
+    last_sent: float  # when a whole frame was last sent (crops do not refresh the view)
     bytes_per_pixel: dict[Mode, float] = field(
         default_factory=lambda: dict(_INITIAL_BYTES_PER_PIXEL)
     )
@@ -257,7 +257,7 @@ class EscalationPolicy:
         if estimated_bytes is None:
             estimated_bytes = self._estimate_bytes(state, signals, mode, regions)
         granted = self.budget.try_acquire(camera, estimated_bytes, now)
-        if granted:
+        if granted and mode == "frame":
             state.last_sent = now
         else:
             logger.debug("camera %s: hard frame (%s) refused by the budget", camera, reasons)

@@ -33,6 +33,7 @@ from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker
 from edge_agent.tracking.camera_tracker import observed
 from edge_agent.tracking.fusion import (
+    CloudHint,
     CloudTrust,
     FusionResult,
     FusionSettings,
@@ -144,6 +145,8 @@ class CameraPipeline:
         self._escalated: dict[int, tuple[int, tuple[Box, ...]]] = {}
         self._withdrawn: list[RuleEvent] = []  # retractions of cloud-rejected tracks, to send
         self._focus_plan: FocusPlan | None = None  # of the frame whose crops are being detected
+        # cloud boxes no track explained, looked at closer until a tracker frame index
+        self._hints: list[tuple[int, CloudHint]] = []
 
     # ---- the frame loop ------------------------------------------------------------------------
 
@@ -167,8 +170,14 @@ class CameraPipeline:
             return []
         height, width = frame.image.shape[:2]
         tracker = self.tracker.tracker
+        # the frame about to be tracked is tracker frame `frame_index + 1`
+        self._hints = [(until, h) for until, h in self._hints if until > tracker.frame_index]
         self._focus_plan = plan_focus(
-            tracker.tracks, (width, height), self.focus, tracker.confidence_threshold
+            tracker.tracks,
+            (width, height),
+            self.focus,
+            tracker.confidence_threshold,
+            [h for _, h in self._hints],
         )
         return self._focus_plan.tiles
 
@@ -239,6 +248,12 @@ class CameraPipeline:
             trust=self.cloud_trust,
         )
         self.counters.fusion.add(result)
+        if self.focus is not None and self.focus.cloud_hints and result.unexplained:
+            until = self.tracker.tracker.frame_index + max(
+                1, round(self.focus.hint_ms / 1000.0 * self.config.target_fps)
+            )
+            floor = self.focus.hint_min_score
+            self._hints += [(until, h) for h in result.unexplained if h.score >= floor]
         if result.rejected and self.rules is not None:
             self._withdrawn += self.rules.withdraw(result.rejected)
         self.counters.fuse_s += self._timer() - started

@@ -59,6 +59,7 @@ class FusionSettings:
     min_cloud_score: float = 0.5
     duplicate_iou: float = 0.7
     hold_frames: int = 12
+    hold_half_life_frames: float = 0.0  # a held box's score halves over these frames (0: never)
     vouch_frames: int = 0  # frames a confirmation lifts the score (0: never, -1: for life)
     min_iou: float = 0.3
     covered_iou: float = 0.5
@@ -85,6 +86,11 @@ class FusionSettings:
             horizon_frames=max(1, round(config.horizon_ms / 1000.0 * fps)),
             min_cloud_score=config.min_cloud_score,
             hold_frames=round(config.hold_ms / 1000.0 * fps),
+            hold_half_life_frames=(
+                0.0
+                if config.hold_half_life_ms is None
+                else max(config.hold_half_life_ms / 1000.0 * fps, 1e-3)
+            ),
             vouch_frames=-1 if config.vouch_ms is None else round(config.vouch_ms / 1000.0 * fps),
             min_iou=config.min_iou,
             box_correction_gain=config.box_correction_gain,
@@ -143,6 +149,16 @@ class CloudTrust:
         return (centre - margin) / (1 + z * z / n)
 
 
+@dataclass(frozen=True, slots=True)
+class CloudHint:
+    """A cloud box that no track explains, at the answer's frame: maybe an object the edge
+    missed, where it may look closer (`pipeline.focus`)."""
+
+    box: Box
+    score: float
+    class_id: int
+
+
 @dataclass(frozen=True)
 class FusionResult:
     """What one answer changed."""
@@ -155,6 +171,7 @@ class FusionResult:
     dropped_late: bool = False
     rejected: tuple[int, ...] = ()  # ids of the tracks the cloud rejected
     trusted: bool = True  # whether the corrective steps were allowed
+    unexplained: tuple[CloudHint, ...] = ()  # the cloud's boxes no track explains
 
 
 @dataclass
@@ -283,10 +300,14 @@ def fuse_answer(
             score = float(cloud.confidence[c])
             if trusted and s.relabel:
                 before = track.class_id
-                track.cloud_vote(int(cloud.class_id[c]), score, s.hold_frames, s.vouch)
+                track.cloud_vote(
+                    int(cloud.class_id[c]), score, s.hold_frames, s.vouch, s.hold_half_life_frames
+                )
                 reclassified += int(track.class_id != before)
             else:
-                track.cloud_confirmed(score, s.hold_frames if trusted else 0, s.vouch)
+                track.cloud_confirmed(
+                    score, s.hold_frames if trusted else 0, s.vouch, s.hold_half_life_frames
+                )
         offset = xyxy_to_xyah(cloud.xyxy[c]) - xyxy_to_xyah(box_then)
         track.mean[:4] = track.mean[:4] + s.box_correction_gain * offset
 
@@ -296,8 +317,50 @@ def fuse_answer(
     tracker.tracks = [t for t in tracker.tracks if not t.is_deleted]
     created = _create_tracks(tracker, frame_index, cloud, unmatched_cloud, s) if trusted else 0
     return FusionResult(
-        len(matches), reclassified, confirmed, removed, created, False, rejected, trusted
+        len(matches),
+        reclassified,
+        confirmed,
+        removed,
+        created,
+        False,
+        rejected,
+        trusted,
+        _unexplained(tracker, cloud, boxes_then, regions),
     )
+
+
+def _unexplained(
+    tracker: DeepSortTracker,
+    cloud: Detections,
+    boxes_then: npt.NDArray[np.float64],
+    regions: Sequence[Box],
+) -> tuple[CloudHint, ...]:
+    """The cloud's boxes (any score it sent) that no track explains: inside what it looked at,
+    overlapping no track's box at the answer's frame (IoU >= `HINT_IOU`) and none now (one
+    created from it included); the most confident of overlapping ones."""
+    keep = np.ones(len(cloud), dtype=bool)
+    if regions:
+        keep &= np.array([_inside(_centre(b), regions) for b in cloud.xyxy], dtype=bool)
+    keep &= ~_overlapping(cloud.xyxy, boxes_then, HINT_IOU)
+    if tracker.tracks and keep.any():
+        present = np.stack([t.to_xyxy() for t in tracker.tracks])
+        keep &= ~_overlapping(cloud.xyxy, present, HINT_IOU)
+    out: list[CloudHint] = []
+    for c in sorted(np.flatnonzero(keep).tolist(), key=lambda i: -float(cloud.confidence[i])):
+        x1, y1, x2, y2 = (float(v) for v in cloud.xyxy[c])
+        box = (x1, y1, x2, y2)
+        if any(_iou(box, h.box) >= HINT_IOU for h in out):
+            continue
+        out.append(CloudHint(box, float(cloud.confidence[c]), int(cloud.class_id[c])))
+    return tuple(out)
+
+
+HINT_IOU = 0.1
+"""A cloud box overlapping a track this much is that track's business, not a hint."""
+
+
+def _iou(a: Box, b: Box) -> float:
+    return float(1.0 - iou_cost(np.asarray([a]), np.asarray([b]))[0, 0])
 
 
 def _observe_trust(
@@ -354,7 +417,13 @@ def _create_tracks(
             continue  # a track already covers it now (it moved since that frame)
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED
-        track.cloud_vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.hold_frames, s.vouch)
+        track.cloud_vote(
+            int(cloud.class_id[c]),
+            float(cloud.confidence[c]),
+            s.hold_frames,
+            s.vouch,
+            s.hold_half_life_frames,
+        )
         present.append(track.to_xyxy())
         created += 1
     return created

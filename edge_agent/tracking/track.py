@@ -61,6 +61,7 @@ class Track:
         self.cloud_hold = 0  # frames this track is still reported without an edge detection
         self.cloud_score = 0.0  # score of the last cloud box that confirmed it
         self.cloud_vouch = 0  # frames that score still lifts the track's confidence (-1: ever)
+        self.cloud_half_life = 0.0  # frames over which a held box's score halves (0: it stays)
         self.cloud_rejected = False  # the cloud looked and saw nothing there: not reported
         self.best_score = 0.0  # the best edge detection score matched to it so far
         self.last_score = 0.0  # the score of the edge detection matched to it last
@@ -138,21 +139,43 @@ class Track:
             self.state = TrackState.CONFIRMED
 
     def cloud_vote(
-        self, class_id: int, score: float = 1.0, hold_frames: int = 0, vouch_frames: int = -1
+        self,
+        class_id: int,
+        score: float = 1.0,
+        hold_frames: int = 0,
+        vouch_frames: int = -1,
+        half_life_frames: float = 0.0,
     ) -> None:
         """Record the cloud model's class for this object (a heavy vote, see `class_id`) and
         vouch for it (see `cloud_confirmed`)."""
         self._cloud_votes[class_id] += 1
-        self.cloud_confirmed(score, hold_frames, vouch_frames)
+        self.cloud_confirmed(score, hold_frames, vouch_frames, half_life_frames)
 
-    def cloud_confirmed(self, score: float, hold_frames: int = 0, vouch_frames: int = -1) -> None:
+    def cloud_confirmed(
+        self,
+        score: float,
+        hold_frames: int = 0,
+        vouch_frames: int = -1,
+        half_life_frames: float = 0.0,
+    ) -> None:
         """The cloud saw this object with `score`: the track is reported with at least that
         confidence for `vouch_frames` frames (-1: from now on), for `hold_frames` frames even
-        where the edge misses it, and a rejection is lifted."""
+        where the edge misses it (at a score halving every `half_life_frames` the edge has not
+        seen it; 0: at `score` throughout), and a rejection is lifted."""
         self.cloud_score = float(score)
         self.cloud_vouch = int(vouch_frames)
         self.cloud_hold = max(self.cloud_hold, int(hold_frames))
+        self.cloud_half_life = max(float(half_life_frames), 0.0)
         self.cloud_rejected = False
+
+    @property
+    def held_score(self) -> float:
+        """The score of a held box now: the cloud's, halved every `cloud_half_life` frames the
+        edge has missed the track (a box coasting on its prediction drifts off the object, so
+        it ranks below fresh detections the longer it coasts)."""
+        if self.cloud_half_life <= 0.0:
+            return self.cloud_score
+        return self.cloud_score * 0.5 ** (self.time_since_update / self.cloud_half_life)
 
     @property
     def vouched_score(self) -> float:

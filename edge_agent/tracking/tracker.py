@@ -223,11 +223,12 @@ class DeepSortTracker:
         """Rows for confirmed tracks the cloud vouched for recently that the edge missed now.
 
         The cloud sees objects the edge cannot (small, far, occluded); for `cloud_hold` frames
-        after an answer such a track is reported at its predicted box with the cloud's score.
+        after an answer such a track is reported at its predicted box with the cloud's score
+        (`Track.held_score`: decaying while the edge misses it, where fusion set a half-life).
         """
         rows: list[tuple[Track, float]] = []
         for track in self.tracks:
-            held, score = track.cloud_hold > 0, track.cloud_score
+            held, score = track.cloud_hold > 0, track.held_score
             track.age_cloud_evidence()
             if not held:
                 continue

@@ -126,3 +126,17 @@ def test_a_crop_finds_the_small_real_people_the_whole_frame_misses(
     assert crop_tile == tile and len(boxes) >= 2
     in_frame = boxes.xyxy + np.array([tile.x0, tile.y0, tile.x0, tile.y0])
     assert np.all((in_frame[:, 0] >= 890) & (in_frame[:, 2] <= 1015))  # on the shrunk bus
+
+
+def test_small_cloud_hints_no_track_covers_get_a_crop_but_are_not_followed() -> None:
+    from edge_agent.tracking.fusion import CloudHint
+
+    tracks = _tracks((100.0, 100.0, 110.0, 120.0), vouched=False)
+    hints = [
+        CloudHint((400.0, 200.0, 410.0, 220.0), 0.4, 0),  # open: a crop
+        CloudHint((101.0, 100.0, 111.0, 120.0), 0.9, 0),  # a track is there now
+        CloudHint((300.0, 100.0, 400.0, 300.0), 0.9, 1),  # too large to need a closer look
+    ]
+    plan = plan_focus(tracks, FRAME, FocusConfig(crop_px=160, max_object_px=40), SEEN, hints)
+    assert [tile.xyxy for tile in plan.tiles] == [(325, 130, 485, 290)]
+    assert plan.followed.shape == (0, 4)  # what the crop finds there is a new object

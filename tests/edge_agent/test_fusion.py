@@ -154,6 +154,32 @@ def test_a_track_the_cloud_vouched_for_is_reported_for_a_while_without_the_edge(
     assert first.confidence.tolist() == pytest.approx([0.8])
 
 
+def test_a_held_boxs_score_halves_every_half_life_the_edge_misses_the_track() -> None:
+    tracker = DeepSortTracker(n_init=1)
+    settings = FusionSettings(hold_frames=4, hold_half_life_frames=2.0)
+    for f in range(4):
+        tracker.update(_dets((*_moving_box(f), 0.6, PERSON)))
+    fuse_answer(tracker, 3, _dets((*_moving_box(3), 0.8, PERSON)), settings=settings)
+    held = [tracker.update(Detections.empty()).confidence.tolist() for _ in range(5)]
+    # missed 1, 2, 3, 4 frames: 0.8 * 0.5 ** (k / 2); then the hold is over
+    assert held[:4] == [pytest.approx([0.8 * 0.5 ** (k / 2)]) for k in (1, 2, 3, 4)]
+    assert held[4] == []
+    # seen again by the edge and vouched for again: the decay starts over
+    tracker.update(_dets((*_moving_box(9), 0.6, PERSON)))
+    fuse_answer(tracker, 9, _dets((*_moving_box(9), 0.8, PERSON)), settings=settings)
+    assert tracker.update(Detections.empty()).confidence.tolist() == pytest.approx([0.8 * 0.5**0.5])
+
+
+def test_the_held_score_half_life_comes_from_the_config_in_frames() -> None:
+    from edge_agent.config.escalation import FusionConfig
+
+    assert FusionSettings.from_config(FusionConfig(), 25.0).hold_half_life_frames == 2.0
+    config = FusionConfig(hold_half_life_ms=200)
+    assert FusionSettings.from_config(config, 25.0).hold_half_life_frames == pytest.approx(5.0)
+    kept = FusionConfig(hold_half_life_ms=None)
+    assert FusionSettings.from_config(kept, 25.0).hold_half_life_frames == 0.0
+
+
 def test_a_held_track_whose_prediction_collapses_is_not_reported() -> None:
     tracker = DeepSortTracker(n_init=1)
     fuse_answer(tracker, -1, Detections.empty())  # nothing yet
@@ -289,3 +315,18 @@ def test_trust_rests_on_the_lower_bound_of_the_agreement(
     assert trust.agreement_lower_bound() == pytest.approx(lower_bound, abs=0.001)
     settings = FusionSettings(min_agreement=0.85, trust_min_checks=10)
     assert trust.trusted(settings) == (lower_bound >= 0.85)
+
+
+def test_cloud_boxes_no_track_explains_come_back_as_hints() -> None:
+    tracker = _one_track(0.9)
+    far = (500.0, 50.0, 512.0, 70.0)
+    answer = _dets((*_moving_box(4), 0.9, PERSON), (*far, 0.35, CAR), (*far, 0.3, PERSON))
+    result = fuse_answer(tracker, 4, answer, settings=FusionSettings(new_track_min_score=1.0))
+    # the tracked object is no hint; of two boxes on one place, the more confident one
+    assert [(h.box, h.score, h.class_id) for h in result.unexplained] == [
+        (far, pytest.approx(0.35), CAR)
+    ]
+    outside = fuse_answer(tracker, 4, _dets((*far, 0.9, CAR)), regions=[(0.0, 0.0, 300.0, 300.0)])
+    assert outside.unexplained == ()  # the cloud did not look there
+    created = fuse_answer(tracker, 4, _dets((*far, 0.9, CAR)), settings=FusionSettings())
+    assert created.created == 1 and created.unexplained == ()  # a track explains it now

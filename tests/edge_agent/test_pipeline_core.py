@@ -175,3 +175,28 @@ def test_a_track_confirmed_inside_a_zone_entered_it() -> None:
         assert pipeline.admit(frame)
         events += pipeline.process(frame, _box(x, 0.9)).events
     assert [(e.kind, e.timestamp_s) for e in events] == [("zone_enter", 100.1)]
+
+
+def test_a_cloud_hint_is_looked_at_closer_until_it_expires() -> None:
+    from edge_agent.config.escalation import FocusConfig
+
+    pipeline = CameraPipeline(
+        _camera(), _tracker(), ["person"], fusion=FusionSettings(new_track_min_score=1.0),
+        escalator=SendFrames({0}), focus=FocusConfig(hint_ms=300, hint_min_score=0.3),
+    )  # fmt: skip
+    assert pipeline.focus_tiles(_frame(0)) == []
+    pipeline.process(_frame(0), Detections.empty())
+    far = Detections(np.array([[150.0, 150.0, 160.0, 170.0]]), np.array([0.4]), np.array([0]))
+    result = pipeline.fuse(0, far)
+    assert result is not None and len(result.unexplained) == 1
+    planned = []
+    for index in range(1, 6):
+        planned.append(len(pipeline.focus_tiles(_frame(index))))
+        pipeline.process(_frame(index), Detections.empty())
+    assert planned == [1, 1, 1, 0, 0]  # 300 ms at 10 frames/s
+    weak = Detections(np.array([[150.0, 150.0, 160.0, 170.0]]), np.array([0.25]), np.array([0]))
+    pipeline.process(_frame(6), Detections.empty())
+    pipeline.escalator = SendFrames({0})
+    pipeline.process(_frame(7), Detections.empty())
+    pipeline.fuse(7, weak)
+    assert pipeline.focus_tiles(_frame(8)) == []  # below hint_min_score
