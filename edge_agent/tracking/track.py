@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections import Counter, deque
 
 import numpy as np
@@ -175,7 +176,7 @@ class Track:
         it ranks below fresh detections the longer it coasts)."""
         if self.cloud_half_life <= 0.0:
             return self.cloud_score
-        return self.cloud_score * 0.5 ** (self.time_since_update / self.cloud_half_life)
+        return self.cloud_score * math.pow(0.5, self.time_since_update / self.cloud_half_life)
 
     @property
     def vouched_score(self) -> float:
