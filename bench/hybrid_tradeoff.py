@@ -98,8 +98,13 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("score >= 3", {"signals": {"score_threshold": 3.0}}),
         ("regions off", {"regions": {"enabled": False}}),
         ("refresh off", {"refresh_interval_s": 0.0}),
+        ("refresh 2 s", {"refresh_interval_s": 2.0}),
+        ("refresh 1 s", {"refresh_interval_s": 1.0}),
         ("crops >= 256 px", {"regions": {"min_size_px": 256}}),
         ("hold off", {"fusion": {"hold_ms": 0}}),
+        ("held score kept", {"fusion": {"hold_half_life_ms": None}}),
+        ("held score half-life 200 ms", {"fusion": {"hold_half_life_ms": 200}}),
+        ("held score half-life 500 ms", {"fusion": {"hold_half_life_ms": 500}}),
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("new tracks >= 0.5", {"fusion": {"new_track_min_score": 0.5}}),
         ("box correction 0.5", {"fusion": {"box_correction_gain": 0.5}}),
@@ -107,6 +112,18 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("focus off", {"focus": {"enabled": False}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
         ("focus, any new object", {"focus": {"new_object_min_score": 0.0}}),
+        ("cloud hints off", {"focus": {"cloud_hints": False}}),
+        ("cloud hints 2 s", {"focus": {"hint_ms": 2000}}),
+        ("cloud hints >= 0.5", {"focus": {"hint_min_score": 0.5}}),
+        (
+            "refresh 2 s, cloud hints off",
+            {"refresh_interval_s": 2.0, "focus": {"cloud_hints": False}},
+        ),
+        (
+            "regions off, cloud hints off",
+            {"regions": {"enabled": False}, "focus": {"cloud_hints": False}},
+        ),
+        ("cloud hints, new objects >= 0.5", {"focus": {"new_object_min_score": 0.5}}),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
         ("relabel on, score lift for life", {"fusion": {"relabel": True, "vouch_ms": None}}),
     ]
@@ -590,6 +607,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rtt-frames", type=int, default=4, help="round trip in frames (4)")
     parser.add_argument("--cloud-threshold", type=float, default=0.2, help="cloud confidence")
     parser.add_argument("--threads", type=int, default=2, help="detector threads")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="regex: run only the variants it finds in their names (plus edge only, cloud only "
+        "and the default, which every table needs); results go to --out as usual",
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the .md and .png")
     args = parser.parse_args(argv)
@@ -603,6 +626,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     prepared_s = time.perf_counter() - started
     plan = variants(args.rtt_frames, args.cloud_threshold)
+    if args.only:
+        wanted = re.compile(args.only)
+        plan = [
+            v
+            for v in plan
+            if v.group == "reference" or v.is_default or wanted.search(v.name) is not None
+        ]
     cells: dict[str, list[Cell]] = {v.name: [] for v in plan}
     computed = crops_computed = 0
     for data in scenes:
