@@ -15,6 +15,7 @@ simulation asks for), so variants compare the same detections and only the first
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -199,6 +200,7 @@ class SceneData:
     tracker: TrackerConfig = TRACKER
     detector_threshold: float = DETECTOR_THRESHOLD  # tracks start above it
     scored_tracking: bool = True  # False: the ground truth has no identities (real footage)
+    cache_tag: str = ""  # sub-folder of the detection caches: which models made them
 
     @property
     def n_frames(self) -> int:
@@ -248,7 +250,8 @@ def prepare_scene(
     """
     scene = ensure_scene(preset, SEED_BASE + seed, cache_dir / "scenes", media_dir, render_frames)
     frames = scene.n_frames if max_frames is None else min(max_frames, scene.n_frames)
-    arrays = _cached(scene, frames, jpeg_quality, threads, cache_dir / "detections")
+    tag = models_tag()
+    arrays = _cached(scene, frames, jpeg_quality, threads, cache_dir / "detections" / tag)
     seqinfo = (scene.root / "seqinfo.ini").read_text().splitlines()
     info = dict(line.split("=", 1) for line in seqinfo if "=" in line)
     camera, expected = None, []
@@ -276,7 +279,17 @@ def prepare_scene(
         jpeg_quality=jpeg_quality,
         camera=camera,
         expected=expected,
+        cache_tag=tag,
     )
+
+
+def models_tag() -> str:
+    """Names the committed edge and cloud models (a hash of both files): cached detections
+    live under it, so a retrained model never meets another model's cache."""
+    digest = hashlib.sha256()
+    for path in (EDGE_MODEL, CLOUD_MODEL):
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return f"models-{digest.hexdigest()[:12]}"
 
 
 def _cached(
@@ -406,7 +419,7 @@ class CloudAnswers(DetectionsCache):
         threads: int = 2,
         processor: ProcessorFactory | None = None,
     ) -> None:
-        super().__init__(cache_dir / "regions" / f"{data.scene.root.name}.json")
+        super().__init__(cache_dir / "regions" / data.cache_tag / f"{data.scene.root.name}.json")
         self.data = data
         self._factory = processor or (lambda: cloud_processor(threads))
         self._processor: tuple[DetectorFrameProcessor, Closeable] | None = None
@@ -445,7 +458,7 @@ class EdgeCrops(DetectionsCache):
         threads: int = 2,
         detector: Callable[[], Detector] | None = None,
     ) -> None:
-        super().__init__(cache_dir / "focus" / f"{data.scene.root.name}.json")
+        super().__init__(cache_dir / "focus" / data.cache_tag / f"{data.scene.root.name}.json")
         self._factory = detector or (lambda: edge_detector(threads))
         self._detector: Detector | None = None
 

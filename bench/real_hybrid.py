@@ -243,6 +243,8 @@ def variants() -> list[Variant]:
         )
     what: list[tuple[str, dict[str, Any]]] = [
         ("focus off", {"focus": {"enabled": False}}),
+        ("held score kept", {"fusion": {"hold_half_life_ms": None}}),
+        ("cloud hints off", {"focus": {"cloud_hints": False}}),
         ("relabel on", {"fusion": {"relabel": True}}),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
         ("relabel on, score lift for life", {"fusion": {"relabel": True, "vouch_ms": None}}),
