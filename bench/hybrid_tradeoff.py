@@ -107,8 +107,13 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("held score half-life 500 ms", {"fusion": {"hold_half_life_ms": 500}}),
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("new tracks >= 0.5", {"fusion": {"new_track_min_score": 0.5}}),
-        ("box correction 0.5", {"fusion": {"box_correction_gain": 0.5}}),
-        ("relabel on", {"fusion": {"relabel": True}}),
+        ("box correction off", {"fusion": {"box_correction_gain": 0.0}}),
+        ("relabel off", {"fusion": {"relabel": False}}),
+        (
+            "relabel and box correction off",
+            {"fusion": {"relabel": False, "box_correction_gain": 0.0}},
+        ),
+        ("hold 1 s", {"fusion": {"hold_ms": 1000}}),
         ("focus off", {"focus": {"enabled": False}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
         ("focus, any new object", {"focus": {"new_object_min_score": 0.0}}),
@@ -125,7 +130,6 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ),
         ("cloud hints, new objects >= 0.5", {"focus": {"new_object_min_score": 0.5}}),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
-        ("relabel on, score lift for life", {"fusion": {"relabel": True, "vouch_ms": None}}),
     ]
     for label, updates in policy:
         out.append(

@@ -245,9 +245,12 @@ def variants() -> list[Variant]:
         ("focus off", {"focus": {"enabled": False}}),
         ("held score kept", {"fusion": {"hold_half_life_ms": None}}),
         ("cloud hints off", {"focus": {"cloud_hints": False}}),
-        ("relabel on", {"fusion": {"relabel": True}}),
+        ("box correction off", {"fusion": {"box_correction_gain": 0.0}}),
+        (
+            "relabel and box correction off",
+            {"fusion": {"relabel": False, "box_correction_gain": 0.0}},
+        ),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
-        ("relabel on, score lift for life", {"fusion": {"relabel": True, "vouch_ms": None}}),
     ]
     for label, updates in what:
         out.append(
