@@ -43,6 +43,7 @@ from edge_agent.tracking.fusion import (
 
 Box = tuple[float, float, float, float]
 ESCALATED_KEPT = 256  # frames awaiting an answer, per camera (more than any in-flight window)
+HINTS_KEPT = 64  # cloud hints looked at, per camera (the newest; max_crops bounds the crops)
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +255,7 @@ class CameraPipeline:
             )
             floor = self.focus.hint_min_score
             self._hints += [(until, h) for h in result.unexplained if h.score >= floor]
+            del self._hints[:-HINTS_KEPT]  # a cloud answering clutter must not grow this
         if result.rejected and self.rules is not None:
             self._withdrawn += self.rules.withdraw(result.rejected)
         self.counters.fuse_s += self._timer() - started

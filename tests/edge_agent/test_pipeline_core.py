@@ -145,7 +145,8 @@ def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: 
     try:
         worker = hybrid.workers[0]
         assert worker.focus == config.escalation.focus and worker.escalator is hybrid.escalation
-        assert worker.fusion.relabel is False and worker.fusion.vouch == 0  # the defaults
+        fusion = worker.fusion  # the defaults
+        assert fusion.relabel and fusion.box_correction_gain == 0.5 and fusion.vouch == 0
     finally:
         hybrid.close(flush_timeout_s=0.1)
 
