@@ -299,15 +299,17 @@ class FusionConfig(StrictModel):
         description="Sure edge tracks the cloud must have been checked on before it is trusted.",
     )
     box_correction_gain: float = Field(
-        default=0.5,
+        default=0.0,
         ge=0.0,
         le=1.0,
         description=(
-            "Share of the cloud's box offset (at its frame) applied to the track now; 0 turns it "
-            "off. Measured with relabel on: +0.5 mAP50 points on the generated scenes "
-            "(bench.hybrid_tradeoff, crowded +1.7, events:2 +2.9) and F1 0.838 -> 0.872 on vtest "
-            "(bench.real_hybrid). It cost 1.3 points with the weaker cloud model of before: a "
-            "correction is only as good as the cloud's boxes."
+            "Share of the cloud's box offset (at its frame) applied to the track now; 0 (the "
+            "default) turns it off. Measured with relabel on and the retrained cloud model, 0.5 "
+            "gave +0.5 mAP50 points on the generated scenes (bench.hybrid_tradeoff) and F1 0.838 "
+            "-> 0.872 on vtest at 2 frames/s (bench.real_hybrid), but 0.853 instead of 0.909 "
+            "mAP50 on vtest at 4 frames/s, and it moved one of two close tracks onto the other "
+            "in the hybrid e2e test (an ID switch, an unexpected zone exit): off until that is "
+            "fixed."
         ),
     )
 

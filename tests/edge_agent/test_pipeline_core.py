@@ -146,7 +146,7 @@ def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: 
         worker = hybrid.workers[0]
         assert worker.focus == config.escalation.focus and worker.escalator is hybrid.escalation
         fusion = worker.fusion  # the defaults
-        assert fusion.relabel and fusion.box_correction_gain == 0.5 and fusion.vouch == 0
+        assert fusion.relabel and fusion.box_correction_gain == 0.0 and fusion.vouch == 0
     finally:
         hybrid.close(flush_timeout_s=0.1)
 
