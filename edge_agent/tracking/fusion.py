@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from detection.detections import Detections
 from edge_agent.config.escalation import FusionConfig
+from edge_agent.escalation.roi import iou
 from edge_agent.tracking.kalman import xyxy_to_xyah
 from edge_agent.tracking.matching import iou_cost, linear_assignment
 from edge_agent.tracking.track import Track, TrackState
@@ -349,7 +350,7 @@ def _unexplained(
     for c in sorted(np.flatnonzero(keep).tolist(), key=lambda i: -float(cloud.confidence[i])):
         x1, y1, x2, y2 = (float(v) for v in cloud.xyxy[c])
         box = (x1, y1, x2, y2)
-        if any(_iou(box, h.box) >= HINT_IOU for h in out):
+        if any(iou(box, h.box) >= HINT_IOU for h in out):
             continue
         out.append(CloudHint(box, float(cloud.confidence[c]), int(cloud.class_id[c])))
     return tuple(out)
@@ -357,10 +358,6 @@ def _unexplained(
 
 HINT_IOU = 0.1
 """A cloud box overlapping a track this much is that track's business, not a hint."""
-
-
-def _iou(a: Box, b: Box) -> float:
-    return float(1.0 - iou_cost(np.asarray([a]), np.asarray([b]))[0, 0])
 
 
 def _observe_trust(
