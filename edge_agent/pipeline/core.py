@@ -32,6 +32,7 @@ from edge_agent.pipeline.rate import FrameRateLimiter
 from edge_agent.rules import RuleEngine, RuleEvent
 from edge_agent.tracking import CameraTracker
 from edge_agent.tracking.camera_tracker import observed
+from edge_agent.tracking.flow import GrayImage, box_shifts, to_gray
 from edge_agent.tracking.fusion import (
     CloudHint,
     CloudTrust,
@@ -40,6 +41,7 @@ from edge_agent.tracking.fusion import (
     FusionTally,
     fuse_answer,
 )
+from edge_agent.tracking.tracker import FollowFunction
 
 Box = tuple[float, float, float, float]
 ESCALATED_KEPT = 256  # frames awaiting an answer, per camera (more than any in-flight window)
@@ -148,6 +150,7 @@ class CameraPipeline:
         self._focus_plan: FocusPlan | None = None  # of the frame whose crops are being detected
         # cloud boxes no track explained, looked at closer until a tracker frame index
         self._hints: list[tuple[int, CloudHint]] = []
+        self._previous_gray: GrayImage | None = None  # the last analysed frame, for optical flow
 
     # ---- the frame loop ------------------------------------------------------------------------
 
@@ -204,7 +207,9 @@ class CameraPipeline:
             )
             detections, may_start = merged.detections, merged.may_start
             self.counters.focus_crops += len(focus)
-        tracked = self.tracker.update(frame.image, detections, may_start, self._steps(frame))
+        tracked = self.tracker.update(
+            frame.image, detections, may_start, self._steps(frame), self._follower(frame)
+        )
         tracked_at = self._timer()
         origins = {t.track_id: t.origin for t in self.tracker.tracker.tracks}
         events = self.withdrawn() + self._rules_for(frame).update(
@@ -312,6 +317,17 @@ class CameraPipeline:
         if last is None:
             return 1
         return max(1, round((frame.capture_time_s - last) * self.config.target_fps))
+
+    def _follower(self, frame: CapturedFrame) -> FollowFunction | None:
+        """Optical flow from the last analysed frame to this one, for the cloud-held tracks
+        (`fusion.follow_flow`); None when off or on the first frame (or a new resolution)."""
+        if not self.fusion.follow_flow:
+            return None
+        previous, current = self._previous_gray, to_gray(frame.image)
+        self._previous_gray = current
+        if previous is None or previous.shape != current.shape:
+            return None
+        return lambda boxes: box_shifts(previous, current, boxes)
 
     def _rules_for(self, frame: CapturedFrame) -> RuleEngine:
         height, width = frame.image.shape[:2]

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking.embedders import Embedder, Float32Array, NoEmbedder
-from edge_agent.tracking.tracker import DeepSortTracker
+from edge_agent.tracking.tracker import DeepSortTracker, FollowFunction
 
 EmbedPolicy = Literal["all", "ambiguous"]
 
@@ -57,17 +57,21 @@ class CameraTracker:
         detections: Detections,
         may_start: npt.NDArray[np.bool_] | None = None,
         steps: int = 1,
+        follow: FollowFunction | None = None,
     ) -> Detections:
         """Advance one frame; returns `detections` with `tracker_id` filled in (-1: untracked).
 
         `may_start`: which detections may start a track; `steps`: camera frame intervals since
-        the last update (see `DeepSortTracker.update`)."""
+        the last update; `follow`: moves cloud-held tracks by optical flow (see
+        `DeepSortTracker.update`)."""
         if isinstance(self.embedder, NoEmbedder) or not len(detections):
-            return self.tracker.update(detections, may_start=may_start, steps=steps)
+            return self.tracker.update(detections, may_start=may_start, steps=steps, follow=follow)
         if self.embed_policy == "all":
             embeddings = self.embedder.embed(frame, detections.xyxy)
             self.embedded_boxes += len(detections)
-            return self.tracker.update(detections, embeddings, may_start=may_start, steps=steps)
+            return self.tracker.update(
+                detections, embeddings, may_start=may_start, steps=steps, follow=follow
+            )
 
         def embed(indices: list[int]) -> Float32Array | None:
             if not indices:
@@ -75,7 +79,9 @@ class CameraTracker:
             self.embedded_boxes += len(indices)
             return self.embedder.embed(frame, detections.xyxy[indices])
 
-        return self.tracker.update(detections, embed=embed, may_start=may_start, steps=steps)
+        return self.tracker.update(
+            detections, embed=embed, may_start=may_start, steps=steps, follow=follow
+        )
 
 
 def observed(tracked: Detections, detections: Detections) -> Detections:

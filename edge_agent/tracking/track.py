@@ -5,17 +5,33 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter, deque
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from edge_agent.tracking.kalman import FloatArray, KalmanFilter, xyah_to_xyxy
+from edge_agent.tracking.kalman import FloatArray, KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
 
 CLOUD_VOTE_WEIGHT = 5
 """Edge frames one cloud answer is worth in a track's class vote. Measured on the generated
 scenes (bench.hybrid_tradeoff): letting any cloud vote outrank all edge votes cost up to 6 mAP50
 points where the cloud model confuses classes; 5 settles a young track at once without letting a
 few cloud answers overturn a long, consistent edge history."""
+
+
+@dataclass(frozen=True)
+class CloudTerms:
+    """How a cloud confirmation counts for a track (fusion's settings, in frames):
+    `hold_frames` reported without an edge detection, its score halving every
+    `half_life_frames` the edge misses it (0: never) and the box dropped below
+    `min_held_score`; `vouch_frames` lifting the track's own detections to the cloud's score
+    (0 never, -1 for life); `vote_weight` edge frames one cloud class vote is worth."""
+
+    hold_frames: int = 0
+    vouch_frames: int = -1
+    half_life_frames: float = 0.0
+    min_held_score: float = 0.0
+    vote_weight: int = CLOUD_VOTE_WEIGHT
 
 
 class TrackState(enum.Enum):
@@ -63,7 +79,10 @@ class Track:
         self.cloud_score = 0.0  # score of the last cloud box that confirmed it
         self.cloud_vouch = 0  # frames that score still lifts the track's confidence (-1: ever)
         self.cloud_half_life = 0.0  # frames over which a held box's score halves (0: it stays)
+        self.cloud_held_floor = 0.0  # a held box scoring less is not reported
         self.cloud_rejected = False  # the cloud looked and saw nothing there: not reported
+        self.cloud_vote_weight = CLOUD_VOTE_WEIGHT  # edge frames one cloud vote is worth
+        self.followed_box: FloatArray | None = None  # where optical flow put it this frame
         self.best_score = 0.0  # the best edge detection score matched to it so far
         self.last_score = 0.0  # the score of the edge detection matched to it last
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
@@ -76,11 +95,11 @@ class Track:
 
     @property
     def class_id(self) -> int:
-        """The class with most votes, a cloud answer counting `CLOUD_VOTE_WEIGHT` edge frames;
-        ties go to the class seen first."""
+        """The class with most votes, a cloud answer counting `cloud_vote_weight` edge frames
+        (`CLOUD_VOTE_WEIGHT` unless a vote said otherwise); ties go to the class seen first."""
         votes = self._class_votes.copy()
         for class_id, count in self._cloud_votes.items():
-            votes[class_id] += CLOUD_VOTE_WEIGHT * count
+            votes[class_id] += self.cloud_vote_weight * count
         return votes.most_common(1)[0][0]
 
     @property
@@ -114,6 +133,7 @@ class Track:
         `time_since_update` count analysed frames."""
         for _ in range(max(1, steps)):
             self.mean, self.covariance = kalman.predict(self.mean, self.covariance)
+        self.followed_box = None  # a new frame: flow has to find it again
         self.age += 1
         self.time_since_update += 1
 
@@ -139,34 +159,57 @@ class Track:
         if self.is_tentative and self.hits >= self.n_init:
             self.state = TrackState.CONFIRMED
 
-    def cloud_vote(
-        self,
-        class_id: int,
-        score: float = 1.0,
-        hold_frames: int = 0,
-        vouch_frames: int = -1,
-        half_life_frames: float = 0.0,
-    ) -> None:
-        """Record the cloud model's class for this object (a heavy vote, see `class_id`) and
-        vouch for it (see `cloud_confirmed`)."""
-        self._cloud_votes[class_id] += 1
-        self.cloud_confirmed(score, hold_frames, vouch_frames, half_life_frames)
+    def follow(self, kalman: KalmanFilter, xyxy: npt.ArrayLike, frame_index: int) -> None:
+        """The object was followed (optical flow, not a detection) to `xyxy` on `frame_index`:
+        it is reported there (`reported_box`: the Kalman posterior would lag behind a moving
+        object, and the next frame's flow starts from it), the Kalman state is corrected
+        towards it (learning the velocity) and the history records it (a later cloud answer
+        about this frame finds the track there); hits, age and class votes are untouched."""
+        box = np.asarray(xyxy, dtype=np.float64).reshape(4)
+        if not np.all(np.isfinite(box)) or box[2] <= box[0] or box[3] <= box[1]:
+            return
+        self.mean, self.covariance = kalman.update(self.mean, self.covariance, xyxy_to_xyah(box))
+        self.followed_box = box
+        self._record(frame_index, box, None)
 
-    def cloud_confirmed(
-        self,
-        score: float,
-        hold_frames: int = 0,
-        vouch_frames: int = -1,
-        half_life_frames: float = 0.0,
+    def reported_box(self) -> FloatArray:
+        """Where the track is reported without a detection: the box optical flow followed it
+        to on this frame, else the Kalman state (`to_xyxy`)."""
+        return self.followed_box if self.followed_box is not None else self.to_xyxy()
+
+    @property
+    def cloud_only(self) -> bool:
+        """Known only from the cloud: no edge detection was ever matched to it (a track fusion
+        started from a cloud box)."""
+        return self.best_score <= 0.0
+
+    @property
+    def is_held(self) -> bool:
+        """Reported on the cloud's word where the edge misses it (see `cloud_confirmed`)."""
+        return self.is_confirmed and self.cloud_hold > 0 and not self.cloud_rejected
+
+    def cloud_vote(
+        self, class_id: int, score: float = 1.0, terms: CloudTerms | None = None
     ) -> None:
+        """Record the cloud model's class for this object (a vote worth `terms.vote_weight`
+        edge frames, see `class_id`) and vouch for it (see `cloud_confirmed`)."""
+        terms = terms or CloudTerms()
+        self._cloud_votes[class_id] += 1
+        self.cloud_vote_weight = max(1, int(terms.vote_weight))
+        self.cloud_confirmed(score, terms)
+
+    def cloud_confirmed(self, score: float, terms: CloudTerms | None = None) -> None:
         """The cloud saw this object with `score`: the track is reported with at least that
-        confidence for `vouch_frames` frames (-1: from now on), for `hold_frames` frames even
-        where the edge misses it (at a score halving every `half_life_frames` the edge has not
-        seen it; 0: at `score` throughout), and a rejection is lifted."""
+        confidence for `terms.vouch_frames` frames (-1: from now on), for `terms.hold_frames`
+        frames even where the edge misses it (at a score halving every
+        `terms.half_life_frames` the edge has not seen it, 0: at `score` throughout; and only
+        while that score is at least `terms.min_held_score`), and a rejection is lifted."""
+        terms = terms or CloudTerms()
         self.cloud_score = float(score)
-        self.cloud_vouch = int(vouch_frames)
-        self.cloud_hold = max(self.cloud_hold, int(hold_frames))
-        self.cloud_half_life = max(float(half_life_frames), 0.0)
+        self.cloud_vouch = int(terms.vouch_frames)
+        self.cloud_hold = max(self.cloud_hold, int(terms.hold_frames))
+        self.cloud_half_life = max(float(terms.half_life_frames), 0.0)
+        self.cloud_held_floor = float(terms.min_held_score)
         self.cloud_rejected = False
 
     @property
@@ -182,6 +225,11 @@ class Track:
     def vouched_score(self) -> float:
         """The cloud's score while it still vouches for this track, else 0."""
         return self.cloud_score if self.cloud_vouch != 0 else 0.0
+
+    def seen_by_cloud(self, frames_ago: int) -> None:
+        """The cloud saw this object `frames_ago` frames ago (the answer's frame): the track
+        counts as seen then, so it is not aged out while only the cloud sees it."""
+        self.time_since_update = min(self.time_since_update, max(0, int(frames_ago)))
 
     def age_cloud_evidence(self) -> None:
         """One frame passed: the cloud's vouching and hold run down."""

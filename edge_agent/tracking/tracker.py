@@ -23,6 +23,11 @@ from edge_agent.tracking.track import Track
 
 #: `embed(detection_indices) -> features (len(indices), d)`, or None for no appearance.
 EmbedFunction = Callable[[list[int]], npt.ArrayLike | None]
+#: `follow(boxes) -> per box (dx, dy) or None`: how far each box's content moved since the
+#: previous frame (`edge_agent.tracking.flow.box_shifts` on the two frames).
+FollowFunction = Callable[
+    [list[tuple[float, float, float, float]]], list[tuple[float, float] | None]
+]
 
 
 def _check_range(
@@ -133,6 +138,7 @@ class DeepSortTracker:
         embed: EmbedFunction | None = None,
         may_start: npt.NDArray[np.bool_] | None = None,
         steps: int = 1,
+        follow: FollowFunction | None = None,
     ) -> Detections:
         """Advance one frame; returns a new `Detections` with `tracker_id` filled in.
 
@@ -142,12 +148,20 @@ class DeepSortTracker:
         takes them; the others can only continue one (default: all may).
         `steps`: frame intervals of the camera since the last update (the motion model moves
         the tracks that far; more than 1 when frames were skipped), capped at `max_age_frames`.
+        `follow` moves the cloud-held tracks no detection matched by what their box's content
+        did since the previous frame (`_follow_held`); without it they coast on the Kalman
+        prediction.
         """
         if embeddings is not None and embed is not None:
             raise ValueError("pass embeddings or embed, not both")
         features = self._check_embeddings(detections, embeddings)
         self.frame_index += 1
         steps = min(max(1, int(steps)), self.max_age_frames)
+        held_before = {
+            track.track_id: track.reported_box()
+            for track in self.tracks
+            if follow and track.is_held and track.cloud_only
+        }
         for track in self.tracks:
             track.predict(self.kalman, steps)
 
@@ -193,6 +207,10 @@ class DeepSortTracker:
                 self._feature_frame[self.tracks[t].track_id] = self.frame_index
         for t in second.unmatched_tracks:
             self.tracks[t].mark_missed()
+        if follow is not None:
+            missed = [self.tracks[t] for t in second.unmatched_tracks]
+            held = [t for t in missed if t.track_id in held_before]
+            self._follow_held(held, held_before, follow)
 
         tracker_id = np.full(len(detections), -1, dtype=np.int64)
         class_id = detections.class_id.copy()
@@ -219,6 +237,22 @@ class DeepSortTracker:
         tracked = Detections(detections.xyxy, confidence, class_id, tracker_id)
         return Detections.concatenate([tracked, self._cloud_held(matched)])
 
+    def _follow_held(
+        self, tracks: list[Track], before: dict[int, FloatArray], follow: FollowFunction
+    ) -> None:
+        """Move the missed cloud-held `tracks` by the flow of their previous boxes (`before`,
+        by track id): a Kalman correction to the moved box, which also teaches a
+        track started from a cloud box its velocity. Not an edge hit: the track still ages."""
+        tracks = [t for t in tracks if not t.is_deleted]
+        if not tracks:
+            return
+        boxes = [before[t.track_id] for t in tracks]
+        shifts = follow([(float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in boxes])
+        for track, box, shift in zip(tracks, boxes, shifts, strict=True):
+            if shift is not None:
+                dx, dy = shift
+                track.follow(self.kalman, box + np.array([dx, dy, dx, dy]), self.frame_index)
+
     def _cloud_held(self, matched: set[int]) -> Detections:
         """Rows for confirmed tracks the cloud vouched for recently that the edge missed now.
 
@@ -230,17 +264,17 @@ class DeepSortTracker:
         for track in self.tracks:
             held, score = track.cloud_hold > 0, track.held_score
             track.age_cloud_evidence()
-            if not held:
+            if not held or score < track.cloud_held_floor:
                 continue
             if track.is_confirmed and not track.cloud_rejected and track.track_id not in matched:
-                box = track.to_xyxy()
+                box = track.reported_box()
                 # Coasting on the Kalman prediction alone can shrink a box to nothing.
                 if np.all(np.isfinite(box)) and box[2] > box[0] and box[3] > box[1]:
                     rows.append((track, score))
         if not rows:
             return Detections.empty()
         return Detections(
-            np.stack([t.to_xyxy() for t, _ in rows]).astype(np.float32),
+            np.stack([t.reported_box() for t, _ in rows]).astype(np.float32),
             np.array([score for _, score in rows], dtype=np.float32),
             np.array([t.class_id for t, _ in rows], dtype=np.int64),
             np.array([t.track_id for t, _ in rows], dtype=np.int64),

@@ -8,6 +8,7 @@ import pytest
 from detection.detections import Detections
 from edge_agent.tracking import DeepSortTracker
 from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
+from edge_agent.tracking.track import CloudTerms
 
 PERSON, CAR = 0, 1
 LIFT = FusionSettings(vouch_frames=-1)  # a confirmation lifts the track's score for life
@@ -173,7 +174,7 @@ def test_a_held_boxs_score_halves_every_half_life_the_edge_misses_the_track() ->
 def test_the_held_score_half_life_comes_from_the_config_in_frames() -> None:
     from edge_agent.config.escalation import FusionConfig
 
-    assert FusionSettings.from_config(FusionConfig(), 25.0).hold_half_life_frames == 2.0
+    assert FusionSettings.from_config(FusionConfig(), 25.0).hold_half_life_frames == 3.0
     config = FusionConfig(hold_half_life_ms=200)
     assert FusionSettings.from_config(config, 25.0).hold_half_life_frames == pytest.approx(5.0)
     kept = FusionConfig(hold_half_life_ms=None)
@@ -186,7 +187,7 @@ def test_a_held_track_whose_prediction_collapses_is_not_reported() -> None:
     for f in range(3):
         tracker.update(_dets((100.0, 100.0 - 20 * f, 140.0, 200.0 - 40 * f, 0.9, PERSON)))
     (track,) = tracker.tracks
-    track.cloud_vote(PERSON, 0.9, hold_frames=40)
+    track.cloud_vote(PERSON, 0.9, CloudTerms(hold_frames=40))
     rows = [len(tracker.update(Detections.empty())) for _ in range(10)]
     assert rows[0] == 1 and rows[-1] == 0  # the shrinking box stops being reported
 
@@ -294,12 +295,13 @@ def test_an_untrusted_cloud_only_vouches_and_a_trusted_one_corrects() -> None:
 
 
 def test_an_untrusted_cloud_neither_rejects_nor_removes_nor_creates() -> None:
-    settings = FusionSettings(trust_min_checks=100)  # never enough checks
+    settings = FusionSettings(trust_min_checks=10)
+    distrusted = CloudTrust(checked=20, seen=8)  # enough checks, too few of them seen
     tracker = DeepSortTracker(n_init=5)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.5, PERSON)))
     new_object = (500.0, 50.0, 540.0, 150.0, 0.95, CAR)
-    result = fuse_answer(tracker, 2, _dets(new_object), settings=settings, trust=CloudTrust())
+    result = fuse_answer(tracker, 2, _dets(new_object), settings=settings, trust=distrusted)
     assert (result.removed, result.created, result.rejected, result.trusted) == (0, 0, (), False)
     assert len(tracker.tracks) == 1
 
@@ -330,3 +332,92 @@ def test_cloud_boxes_no_track_explains_come_back_as_hints() -> None:
     assert outside.unexplained == ()  # the cloud did not look there
     created = fuse_answer(tracker, 4, _dets((*far, 0.9, CAR)), settings=FusionSettings())
     assert created.created == 1 and created.unexplained == ()  # a track explains it now
+
+
+def test_a_heavier_cloud_vote_outweighs_a_longer_edge_history() -> None:
+    tracker = DeepSortTracker(n_init=2)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
+    (track,) = tracker.tracks
+    heavy = FusionSettings(relabel=True, cloud_vote_weight=20)
+    fuse_answer(tracker, 1, _dets((*_moving_box(1), 0.95, PERSON)), settings=heavy)
+    for f in range(3, 15):
+        tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
+    assert track.class_id == PERSON  # 15 edge votes against one cloud vote worth 20
+
+
+def _seen_then_missed(missed: int) -> tuple[DeepSortTracker, int]:
+    """A confirmed track seen on frames 1-4, then missed `missed` frames; its last seen frame."""
+    tracker = DeepSortTracker(n_init=2, max_age_frames=30)
+    for f in range(4):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
+    last_seen = tracker.frame_index
+    for _ in range(missed):
+        tracker.update(Detections.empty())
+    return tracker, last_seen
+
+
+@pytest.mark.parametrize("sighting", [True, False])
+def test_a_cloud_confirmation_counts_as_seeing_the_track_at_the_answers_frame(
+    sighting: bool,
+) -> None:
+    tracker, last_seen = _seen_then_missed(5)
+    (track,) = tracker.tracks
+    assert track.time_since_update == 5
+    settings = FusionSettings(cloud_sighting=sighting, hold_frames=10)
+    answer_frame = last_seen + 1  # the history is looked up within a frame of it
+    result = fuse_answer(
+        tracker, answer_frame, _dets((*_moving_box(3), 0.9, PERSON)), settings=settings
+    )
+    assert result.matched == 1
+    lag = tracker.frame_index - answer_frame
+    assert track.time_since_update == (lag if sighting else 5)
+
+
+def test_a_weak_second_box_inside_the_object_the_cloud_boxed_once_is_rejected() -> None:
+    tracker = DeepSortTracker(n_init=2, confidence_threshold=0.3)
+    whole, part = (100.0, 100.0, 200.0, 300.0), (100.0, 100.0, 200.0, 240.0)
+    for _ in range(3):
+        tracker.update(_dets((*whole, 0.9, CAR), (*part, 0.4, CAR)))
+    truck, duplicate = tracker.tracks
+    cloud = _dets((*whole, 0.9, CAR))
+    kept = fuse_answer(tracker, tracker.frame_index, cloud, settings=FusionSettings())
+    assert kept.rejected == ()  # the cloud box overlaps it (IoU 0.7): seen, so kept
+    dedup = FusionSettings(reject_duplicates=True)
+    result = fuse_answer(tracker, tracker.frame_index, cloud, settings=dedup)
+    assert result.rejected == (duplicate.track_id,)
+    assert duplicate.cloud_rejected and not truck.cloud_rejected
+
+
+def test_a_neighbour_overlapping_the_object_the_cloud_boxed_is_not_a_duplicate() -> None:
+    tracker = DeepSortTracker(n_init=2, confidence_threshold=0.3)
+    left, right = (100.0, 100.0, 200.0, 300.0), (150.0, 100.0, 250.0, 300.0)
+    for _ in range(3):
+        tracker.update(_dets((*left, 0.9, PERSON), (*right, 0.4, PERSON)))
+    dedup = FusionSettings(reject_duplicates=True)
+    result = fuse_answer(tracker, tracker.frame_index, _dets((*left, 0.9, PERSON)), settings=dedup)
+    assert result.rejected == ()  # half of it lies outside the matched box: another object
+
+
+def test_a_camera_the_cloud_is_still_undecided_on_takes_its_new_objects() -> None:
+    settings = FusionSettings(min_agreement=0.85, trust_min_checks=10)
+    box = _dets((300.0, 50.0, 340.0, 150.0, 0.8, PERSON))
+    tracker = DeepSortTracker(n_init=2)
+    tracker.update(Detections.empty())
+    undecided = fuse_answer(tracker, 0, box, settings=settings, trust=CloudTrust())
+    assert (undecided.trusted, undecided.created) == (False, 1)
+    tracker = DeepSortTracker(n_init=2)
+    tracker.update(Detections.empty())
+    distrusted = CloudTrust(checked=20, seen=8)  # it missed most of what the edge is sure of
+    result = fuse_answer(tracker, 0, box, settings=settings, trust=distrusted)
+    assert (result.trusted, result.created) == (False, 0)
+
+
+def test_a_held_box_whose_score_ran_down_below_the_floor_is_no_longer_reported() -> None:
+    tracker = DeepSortTracker(n_init=2)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
+    settings = FusionSettings(hold_frames=20, hold_half_life_frames=1.0, min_held_score=0.1)
+    fuse_answer(tracker, 2, _dets((*_moving_box(2), 0.8, PERSON)), settings=settings)
+    scores = [tracker.update(Detections.empty()).confidence.tolist() for _ in range(5)]
+    assert scores == [[pytest.approx(0.4)], [pytest.approx(0.2)], [pytest.approx(0.1)], [], []]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from detection.detections import Detections
@@ -201,3 +202,31 @@ def test_a_cloud_hint_is_looked_at_closer_until_it_expires() -> None:
     pipeline.process(_frame(7), Detections.empty())
     pipeline.fuse(7, weak)
     assert pipeline.focus_tiles(_frame(8)) == []  # below hint_min_score
+
+
+def test_an_object_only_the_cloud_sees_is_followed_by_optical_flow() -> None:
+    import cv2
+
+    noise = np.random.default_rng(3).integers(0, 256, (40, 40), dtype=np.uint8)
+    patch = cv2.GaussianBlur(noise, (5, 5), 1.5)
+
+    def scene(index: int) -> CapturedFrame:  # a textured 40 px object driving right, 4 px/frame
+        image = np.zeros((200, 240, 3), np.uint8)
+        x = 40 + 4 * index
+        image[80:120, x : x + 40] = patch[..., None]
+        return CapturedFrame("cam", index, 100.0 + index / 10.0, index / 10.0, image)
+
+    settings = FusionSettings(
+        new_track_min_score=0.5, hold_frames=10, follow_flow=True, cloud_sighting=True
+    )
+    pipeline = CameraPipeline(
+        _camera(), _tracker(), ["person"], fusion=settings, escalator=SendFrames({0})
+    )
+    pipeline.process(scene(0), Detections.empty())  # the edge sees nothing
+    cloud = Detections(np.array([[40.0, 80.0, 80.0, 120.0]]), np.array([0.9]), np.array([0]))
+    result = pipeline.fuse(0, cloud)
+    assert result is not None and result.created == 1
+    for index in range(1, 6):
+        out = pipeline.process(scene(index), Detections.empty()).detections
+        assert len(out) == 1 and out.tracker_id[0] >= 0  # reported on the cloud's word
+        assert float(out.xyxy[0, 0]) == pytest.approx(40 + 4 * index, abs=0.5)
