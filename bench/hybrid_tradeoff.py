@@ -52,7 +52,9 @@ from edge_agent.config.escalation import EscalationConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUDGETS = (0.5, 1.0, 2.0, 3.0, 4.0, 8.0)
-DEFAULT_SCENES = "quiet,crowded,small_far,events,events:2"
+DEFAULT_SCENES = (
+    "quiet,crowded,small_far,events,events:2,quiet:3,crowded:3,small_far:3,events:3,events:4"
+)
 TARGET_ACCURACY = 0.95  # of cloud-only
 TARGET_SHARE = 0.20  # of frames escalated
 DEFAULTS = EscalationConfig()
@@ -71,6 +73,26 @@ def _budget(frames_per_s: float, **updates: Any) -> EscalationConfig:
         else:
             document[key] = value
     return EscalationConfig.model_validate(document)
+
+
+PREVIOUS_DEFAULTS: dict[str, Any] = {
+    "refresh_interval_s": 10.0,
+    "fusion": {
+        "cloud_vote_weight": 5,
+        "confirm_iou": 0.5,
+        "min_cloud_score": 0.5,
+        "hold_ms": 500,
+        "hold_half_life_ms": 80,
+        "min_held_score": 0.0,
+        "cloud_sighting": False,
+        "new_track_min_score": 1.0,
+        "min_agreement": 0.85,
+        "follow_flow": False,
+        "reject_duplicates": False,
+    },
+    "focus": {"max_object_px": 40},
+}
+"""The defaults before the fusion and refresh changes of this table's release (one row)."""
 
 
 def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
@@ -99,37 +121,37 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("regions off", {"regions": {"enabled": False}}),
         ("refresh off", {"refresh_interval_s": 0.0}),
         ("refresh 2 s", {"refresh_interval_s": 2.0}),
-        ("refresh 1 s", {"refresh_interval_s": 1.0}),
+        ("refresh 10 s", {"refresh_interval_s": 10.0}),
         ("crops >= 256 px", {"regions": {"min_size_px": 256}}),
         ("hold off", {"fusion": {"hold_ms": 0}}),
+        ("hold 500 ms, half-life 80 ms", {"fusion": {"hold_ms": 500, "hold_half_life_ms": 80}}),
         ("held score kept", {"fusion": {"hold_half_life_ms": None}}),
-        ("held score half-life 200 ms", {"fusion": {"hold_half_life_ms": 200}}),
-        ("held score half-life 500 ms", {"fusion": {"hold_half_life_ms": 500}}),
+        ("held score half-life 300 ms", {"fusion": {"hold_half_life_ms": 300}}),
+        ("held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
-        ("new tracks >= 0.5", {"fusion": {"new_track_min_score": 0.5}}),
-        ("box correction off", {"fusion": {"box_correction_gain": 0.0}}),
+        ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
+        ("new tracks off", {"fusion": {"new_track_min_score": 1.0}}),
+        ("cloud sighting off", {"fusion": {"cloud_sighting": False}}),
+        ("flow off", {"fusion": {"follow_flow": False}}),
+        ("trust >= 0.85", {"fusion": {"min_agreement": 0.85}}),
+        ("confirm IoU 0.5", {"fusion": {"confirm_iou": 0.5}}),
+        ("cloud score >= 0.5", {"fusion": {"min_cloud_score": 0.5}}),
         ("relabel off", {"fusion": {"relabel": False}}),
-        (
-            "relabel and box correction off",
-            {"fusion": {"relabel": False, "box_correction_gain": 0.0}},
-        ),
-        ("hold 1 s", {"fusion": {"hold_ms": 1000}}),
+        ("cloud vote weight 5", {"fusion": {"cloud_vote_weight": 5}}),
+        ("cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
         ("focus off", {"focus": {"enabled": False}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
         ("focus, any new object", {"focus": {"new_object_min_score": 0.0}}),
+        ("focus objects <= 40 px", {"focus": {"max_object_px": 40}}),
         ("cloud hints off", {"focus": {"cloud_hints": False}}),
         ("cloud hints 2 s", {"focus": {"hint_ms": 2000}}),
         ("cloud hints >= 0.5", {"focus": {"hint_min_score": 0.5}}),
         (
-            "refresh 2 s, cloud hints off",
-            {"refresh_interval_s": 2.0, "focus": {"cloud_hints": False}},
-        ),
-        (
             "regions off, cloud hints off",
             {"regions": {"enabled": False}, "focus": {"cloud_hints": False}},
         ),
-        ("cloud hints, new objects >= 0.5", {"focus": {"new_object_min_score": 0.5}}),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
+        ("previous defaults", PREVIOUS_DEFAULTS),
     ]
     for label, updates in policy:
         out.append(

@@ -51,7 +51,7 @@ from bench._hybrid_sim import (
     score_run,
     simulate,
 )
-from bench.hybrid_tradeoff import _budget, _number
+from bench.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
 from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
 from cloud_service.processor import DetectorFrameProcessor, ModelInfo
@@ -245,12 +245,15 @@ def variants() -> list[Variant]:
         ("focus off", {"focus": {"enabled": False}}),
         ("held score kept", {"fusion": {"hold_half_life_ms": None}}),
         ("cloud hints off", {"focus": {"cloud_hints": False}}),
-        ("box correction off", {"fusion": {"box_correction_gain": 0.0}}),
-        (
-            "relabel and box correction off",
-            {"fusion": {"relabel": False, "box_correction_gain": 0.0}},
-        ),
+        ("relabel off", {"fusion": {"relabel": False}}),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
+        ("new tracks off", {"fusion": {"new_track_min_score": 1.0}}),
+        ("flow off", {"fusion": {"follow_flow": False}}),
+        ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
+        ("held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
+        ("hold 500 ms, half-life 80 ms", {"fusion": {"hold_ms": 500, "hold_half_life_ms": 80}}),
+        ("refresh 10 s", {"refresh_interval_s": 10.0}),
+        ("previous defaults", PREVIOUS_DEFAULTS),
     ]
     for label, updates in what:
         out.append(

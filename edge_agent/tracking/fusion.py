@@ -49,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
+from detection.slicing import box_overlap
 from edge_agent.config.escalation import FusionConfig
 from edge_agent.escalation.roi import iou
 from edge_agent.tracking.kalman import xyxy_to_xyah
@@ -429,24 +430,10 @@ def _duplicates(
         near = {int(c) for c in np.flatnonzero(overlap >= s.min_iou)}
         if not near or not near <= set(taken):
             continue
-        owners = boxes_then[[taken[c] for c in near]]
-        if _inside_share(boxes_then[t], owners).max() >= DUPLICATE_INSIDE:
+        owners = boxes_then[[taken[c] for c in near]].astype(np.float32)
+        if box_overlap(boxes_then[t].astype(np.float32), owners, "ios").max() >= DUPLICATE_INSIDE:
             out.append(t)
     return out
-
-
-def _inside_share(
-    box: npt.NDArray[np.float64], others: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    """Per row of `others`: the share of the smaller of `box` and it that lies in both."""
-    x1 = np.maximum(box[0], others[:, 0])
-    y1 = np.maximum(box[1], others[:, 1])
-    x2 = np.minimum(box[2], others[:, 2])
-    y2 = np.minimum(box[3], others[:, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1])
-    return np.asarray(inter / np.maximum(np.minimum(area, areas), 1e-9), dtype=np.float64)
 
 
 DUPLICATE_INSIDE = 0.9
