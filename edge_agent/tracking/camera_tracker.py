@@ -63,14 +63,22 @@ class CameraTracker:
 
         `may_start`: which detections may start a track; `steps`: camera frame intervals since
         the last update; `follow`: moves cloud-held tracks by optical flow (see
-        `DeepSortTracker.update`)."""
+        `DeepSortTracker.update`); held boxes that left the frame are not reported."""
+        size = (int(frame.shape[1]), int(frame.shape[0])) if frame.ndim >= 2 else None
         if isinstance(self.embedder, NoEmbedder) or not len(detections):
-            return self.tracker.update(detections, may_start=may_start, steps=steps, follow=follow)
+            return self.tracker.update(
+                detections, may_start=may_start, steps=steps, follow=follow, frame_size=size
+            )
         if self.embed_policy == "all":
             embeddings = self.embedder.embed(frame, detections.xyxy)
             self.embedded_boxes += len(detections)
             return self.tracker.update(
-                detections, embeddings, may_start=may_start, steps=steps, follow=follow
+                detections,
+                embeddings,
+                may_start=may_start,
+                steps=steps,
+                follow=follow,
+                frame_size=size,
             )
 
         def embed(indices: list[int]) -> Float32Array | None:
@@ -80,7 +88,12 @@ class CameraTracker:
             return self.embedder.embed(frame, detections.xyxy[indices])
 
         return self.tracker.update(
-            detections, embed=embed, may_start=may_start, steps=steps, follow=follow
+            detections,
+            embed=embed,
+            may_start=may_start,
+            steps=steps,
+            follow=follow,
+            frame_size=size,
         )
 
 

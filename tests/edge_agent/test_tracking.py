@@ -459,3 +459,12 @@ def test_without_flow_or_once_the_edge_saw_it_a_held_track_coasts_on_its_predict
     calls: list[int] = []
     tracker.update(Detections.empty(), follow=lambda boxes: calls.append(len(boxes)) or [])
     assert calls == []
+
+
+def test_a_held_box_that_left_the_frame_is_no_longer_reported() -> None:
+    tracker = DeepSortTracker(n_init=2)
+    track = _cloud_only_track(tracker)  # a 40 px wide box at x 100-140
+    track.mean[4] = 30.0  # moving right, 30 px a frame
+    sizes = [len(tracker.update(Detections.empty(), frame_size=(200, 200))) for _ in range(4)]
+    assert sizes == [1, 1, 0, 0]  # 130-170 and 160-200 inside; 190-230 is three quarters out
+    assert track.cloud_hold > 0  # still held: only not shown while outside
