@@ -332,7 +332,7 @@ def fuse_answer(
                 track.seen_by_cloud(lag)
             if trusted and s.relabel:
                 before = track.class_id
-                track.cloud_vote(int(cloud.class_id[c]), score, s.terms(held=trusted))
+                track.cloud_vote(int(cloud.class_id[c]), score, s.terms())
                 reclassified += int(track.class_id != before)
             else:
                 track.cloud_confirmed(score, s.terms(held=trusted))
@@ -341,7 +341,7 @@ def fuse_answer(
 
     unseen = [t for t in unmatched_tracks if not seen[t]]
     if s.reject_duplicates and matches:
-        unseen += _duplicates(boxes_then, cloud, rows, matches, unmatched_tracks, seen, s)
+        unseen += _duplicates(boxes_then, cloud, rows, matches, unmatched_tracks, s)
     removed, rejected = _reject_unseen([then[t][0] for t in unseen if trusted], s)
     tracker.tracks = [t for t in tracker.tracks if not t.is_deleted]
     undecided = trust is not None and trust.checked < s.trust_min_checks
@@ -415,21 +415,20 @@ def _duplicates(
     rows: Sequence[int],
     matches: Sequence[tuple[int, int]],
     unmatched_tracks: Sequence[int],
-    seen: npt.NDArray[np.bool_],
     s: FusionSettings,
 ) -> list[int]:
     """The unmatched tracks (indices into `boxes_then`) that the cloud "saw" only through
     boxes it matched to other tracks: a second box the edge put on one object (a truck split
     in two, a person boxed twice). The cloud returned one box there, and another track has it."""
+    if not unmatched_tracks:
+        return []
     taken = {rows[r]: t for t, r in matches}
+    overlap = 1.0 - iou_cost(boxes_then[list(unmatched_tracks)], cloud.xyxy)
     out = []
-    for t in unmatched_tracks:
-        if not seen[t]:
-            continue
-        overlap = 1.0 - iou_cost(boxes_then[t : t + 1], cloud.xyxy)[0]
-        near = {int(c) for c in np.flatnonzero(overlap >= s.min_iou)}
+    for t, row in zip(unmatched_tracks, overlap, strict=True):
+        near = {int(c) for c in np.flatnonzero(row >= s.min_iou)}
         if not near or not near <= set(taken):
-            continue
+            continue  # unseen (rejected as such), or a cloud box of its own
         owners = boxes_then[[taken[c] for c in near]].astype(np.float32)
         if box_overlap(boxes_then[t].astype(np.float32), owners, "ios").max() >= DUPLICATE_INSIDE:
             out.append(t)
