@@ -310,3 +310,22 @@ def test_cloud_address_refuses_what_grpc_would_not_resolve(target: str) -> None:
 
     with pytest.raises(ValidationError, match="cloud_address"):
         EscalationConfig(enabled=True, cloud_address=target)
+
+
+@pytest.mark.parametrize(
+    ("fusion", "expected"),
+    [
+        ("cloud_vote_weight: 0", "escalation.fusion.cloud_vote_weight: Input should be greater "
+         "than or equal to 1 (got 0)"),
+        ("min_held_score: 1.5", "escalation.fusion.min_held_score: Input should be less than or "
+         "equal to 1 (got 1.5)"),
+        ("follow_flow: maybe", "escalation.fusion.follow_flow: Input should be a valid boolean, "
+         "unable to interpret input (got 'maybe')"),
+        ("reject_duplicate: true", "t.yaml:24: escalation.fusion.reject_duplicate: unknown key"),
+    ],
+)  # fmt: skip
+def test_bad_fusion_settings_are_refused_by_name(fusion: str, expected: str) -> None:
+    text = _with(f"escalation:\n  enabled: true\n  cloud_address: c:1\n  fusion:\n    {fusion}\n")
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, EdgeAgentConfig, "t.yaml")
+    assert expected in str(raised.value)
