@@ -23,6 +23,9 @@ GRPC_TARGET_PATTERN = (
 )
 
 
+HELD_TRACK_WEIGHT = 1.0
+
+
 class EscalationWeights(StrictModel):
     """Score added per occurrence of each hard-frame signal (each count capped, see `signals`)."""
 
@@ -37,6 +40,13 @@ class EscalationWeights(StrictModel):
     )
     lost_track: float = Field(
         default=0.75, ge=0.0, le=100.0, description="Per confirmed track missed on this frame."
+    )
+    held_track: float = Field(
+        default=HELD_TRACK_WEIGHT,
+        ge=0.0,
+        le=100.0,
+        description="Per track the edge keeps missing that a cloud answer holds (feedback "
+        "region: the next crops re-check it).",
     )
     small_object: float = Field(
         default=0.5, ge=0.0, le=100.0, description="Per detection smaller than the small-area cut."

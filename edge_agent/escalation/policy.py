@@ -36,6 +36,7 @@ BOX_SIGNALS = (
     "new_track",
     "tentative_track",
     "lost_track",
+    "held_track",
 )
 FRAME_SIGNALS = ("motion_without_detections", "refresh")
 
@@ -56,6 +57,11 @@ class TrackLike(Protocol):
     @property
     def is_tentative(self) -> bool:
         """Not yet confirmed."""
+        ...
+
+    @property
+    def is_held(self) -> bool:
+        """Reported on the cloud's word (a confirmation's hold still running)."""
         ...
 
     def to_xyxy(self) -> npt.NDArray[Any]:
@@ -80,6 +86,7 @@ class FrameSignals:
     new_tracks: tuple[Box, ...] = ()
     tentative_tracks: tuple[Box, ...] = ()
     lost_tracks: tuple[Box, ...] = ()
+    held_tracks: tuple[Box, ...] = ()
     motion_score: float | None = None
 
     def __post_init__(self) -> None:
@@ -116,6 +123,15 @@ class FrameSignals:
         new = [t for t in tracks if t.age <= 1]
         tentative = [t for t in tracks if t.is_tentative and t.age > 1]
         lost = [t for t in tracks if t.time_since_update == 1 and not t.is_tentative]
+        # Held on the cloud's word alone: only the cloud sees them, so only it can keep them
+        # (the DDS feedback region: crops go where the last answer found what the edge missed).
+        held = [
+            t
+            for t in tracks
+            if t.time_since_update > 1
+            and t.is_held
+            and _centre_inside(_track_box(t), frame_width, frame_height)
+        ]
         return cls(
             frame_width=frame_width,
             frame_height=frame_height,
@@ -127,12 +143,18 @@ class FrameSignals:
             new_tracks=tuple(_track_box(t) for t in new),
             tentative_tracks=tuple(_track_box(t) for t in tentative),
             lost_tracks=tuple(_track_box(t) for t in lost),
+            held_tracks=tuple(_track_box(t) for t in held),
             motion_score=motion_score,
         )
 
 
 def _boxes(xyxy: npt.NDArray[np.float64]) -> tuple[Box, ...]:
     return tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in xyxy)
+
+
+def _centre_inside(box: Box, width: int, height: int) -> bool:
+    cx, cy = (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0
+    return 0.0 <= cx <= width and 0.0 <= cy <= height
 
 
 def _track_box(track: TrackLike) -> Box:
@@ -213,6 +235,7 @@ class EscalationPolicy:
             "new_track": len(signals.new_tracks),
             "tentative_track": len(signals.tentative_tracks),
             "lost_track": len(signals.lost_tracks),
+            "held_track": len(signals.held_tracks),
             "motion_without_detections": int(self._motion_without_detections(signals)),
         }
         total, reasons = 0.0, []
@@ -283,6 +306,8 @@ class EscalationPolicy:
             return "frame", ()
         width, height = signals.frame_width, signals.frame_height
         regions = regions_for(boxes, config.padding_fraction, config.min_size_px, width, height)
+        if not regions:  # every box outside the frame (a held track that left it)
+            return "frame", ()
         share = sum(box_area(r) for r in regions) / float(width * height)
         if len(regions) > config.max_regions or share > config.max_area_fraction:
             return "frame", ()
@@ -297,6 +322,7 @@ class EscalationPolicy:
             "new_track": signals.new_tracks,
             "tentative_track": signals.tentative_tracks,
             "lost_track": signals.lost_tracks,
+            "held_track": signals.held_tracks,
         }.get(name, ())
 
     @staticmethod

@@ -26,6 +26,7 @@ class FakeTrack:
     time_since_update: int
     is_tentative: bool
     box: Box = (0.0, 0.0, 10.0, 10.0)
+    is_held: bool = False
 
     def to_xyxy(self) -> npt.NDArray[np.float64]:
         return np.array(self.box, dtype=np.float64)
@@ -81,6 +82,22 @@ NEAR_BIG = (110.0, 110.0, 310.0, 410.0)  # IoU with BIG ~0.82
             id="track-states",
         ),
         pytest.param([], [], [FakeTrack(9, 2, False)], None, {}, id="lost-long-ago"),
+        pytest.param(
+            [],
+            [],
+            [FakeTrack(9, 3, False, is_held=True), FakeTrack(9, 1, False, is_held=True)],
+            None,
+            {"held_tracks": 1, "lost_tracks": 1},
+            id="held-on-the-clouds-word",
+        ),
+        pytest.param(
+            [],
+            [],
+            [FakeTrack(9, 3, False, (1100.0, 10.0, 1200.0, 50.0), is_held=True)],
+            None,
+            {},
+            id="held-but-left-the-frame",
+        ),
         pytest.param([], [], [], 0.5, {}, id="motion-is-kept-not-counted"),
     ],
 )
@@ -101,6 +118,7 @@ def test_signals_from_frame(
             "new_tracks",
             "tentative_tracks",
             "lost_tracks",
+            "held_tracks",
         )
     }
     assert {k: v for k, v in counts.items() if v} == expected
@@ -139,6 +157,7 @@ def test_signals_from_a_real_tracker() -> None:
             ("new_track", "lost_track"),
             id="tracks",
         ),
+        pytest.param(FrameSignals(W, H, held_tracks=(SMALL, BIG)), 2.0, ("held_track",), id="held"),
         pytest.param(
             FrameSignals(W, H, motion_score=0.1),
             1.0,
@@ -192,6 +211,22 @@ def test_mode(signals: FrameSignals, mode: str, n_regions: int) -> None:
     assert decision.send
     assert decision.mode == mode
     assert len(decision.regions) == n_regions
+
+
+def test_held_tracks_are_cropped_where_the_last_answer_found_them() -> None:
+    decision = _policy().decide(FrameSignals(W, H, held_tracks=(SMALL,)), "cam", 0.0)
+    assert decision.send and decision.reasons == ("held_track",)
+    assert decision.mode == "regions" and len(decision.regions) == 1
+    (x1, y1, x2, y2), (sx1, sy1, sx2, sy2) = decision.regions[0], SMALL
+    assert x1 <= sx1 and y1 <= sy1 and x2 >= sx2 and y2 >= sy2
+    off = _policy(_config(signals={"weights": {"held_track": 0.0}}))
+    assert not off.decide(FrameSignals(W, H, held_tracks=(SMALL,)), "cam", 0.0).send
+
+
+def test_boxes_wholly_outside_the_frame_leave_no_region_and_send_the_frame() -> None:
+    outside = (W + 50.0, 10.0, W + 90.0, 60.0)
+    decision = _policy().decide(FrameSignals(W, H, lost_tracks=(outside,) * 2), "cam", 0.0)
+    assert decision.send and decision.mode == "frame" and decision.regions == ()
 
 
 def test_region_mode_can_be_turned_off() -> None:
