@@ -69,6 +69,7 @@ class FusionSettings:
     duplicate_iou: float = 0.7
     hold_frames: int = 12
     hold_half_life_frames: float = 0.0  # a held box's score halves over these frames (0: never)
+    followed_aging: float = 1.0  # what a frame optical flow followed counts of those (0..1)
     min_held_score: float = 0.0  # a held box scoring less is not reported
     vouch_frames: int = 0  # frames a confirmation lifts the score (0: never, -1: for life)
     min_iou: float = 0.3
@@ -100,6 +101,7 @@ class FusionSettings:
             hold_frames=self.hold_frames if held else 0,
             vouch_frames=self.vouch_frames,
             half_life_frames=self.hold_half_life_frames,
+            followed_aging=self.followed_aging,
             min_held_score=self.min_held_score,
             vote_weight=self.cloud_vote_weight,
         )
@@ -116,6 +118,7 @@ class FusionSettings:
                 if config.hold_half_life_ms is None
                 else max(config.hold_half_life_ms / 1000.0 * fps, 1e-3)
             ),
+            followed_aging=config.followed_aging,
             min_held_score=config.min_held_score,
             vouch_frames=-1 if config.vouch_ms is None else round(config.vouch_ms / 1000.0 * fps),
             min_iou=config.min_iou,

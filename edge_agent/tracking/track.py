@@ -23,13 +23,15 @@ few cloud answers overturn a long, consistent edge history."""
 class CloudTerms:
     """How a cloud confirmation counts for a track (fusion's settings, in frames):
     `hold_frames` reported without an edge detection, its score halving every
-    `half_life_frames` the edge misses it (0: never) and the box dropped below
-    `min_held_score`; `vouch_frames` lifting the track's own detections to the cloud's score
-    (0 never, -1 for life); `vote_weight` edge frames one cloud class vote is worth."""
+    `half_life_frames` the edge misses it (0: never; a frame optical flow followed it counts
+    `followed_aging` of a frame) and the box dropped below `min_held_score`; `vouch_frames`
+    lifting the track's own detections to the cloud's score (0 never, -1 for life);
+    `vote_weight` edge frames one cloud class vote is worth."""
 
     hold_frames: int = 0
     vouch_frames: int = -1
     half_life_frames: float = 0.0
+    followed_aging: float = 1.0
     min_held_score: float = 0.0
     vote_weight: int = CLOUD_VOTE_WEIGHT
 
@@ -79,10 +81,12 @@ class Track:
         self.cloud_score = 0.0  # score of the last cloud box that confirmed it
         self.cloud_vouch = 0  # frames that score still lifts the track's confidence (-1: ever)
         self.cloud_half_life = 0.0  # frames over which a held box's score halves (0: it stays)
+        self.cloud_followed_aging = 1.0  # what a followed frame counts of that (0..1)
         self.cloud_held_floor = 0.0  # a held box scoring less is not reported
         self.cloud_rejected = False  # the cloud looked and saw nothing there: not reported
         self.cloud_vote_weight = CLOUD_VOTE_WEIGHT  # edge frames one cloud vote is worth
         self.followed_box: FloatArray | None = None  # where optical flow put it this frame
+        self.followed_frames = 0  # of the frames since the last sighting, those flow followed
         self.best_score = 0.0  # the best edge detection score matched to it so far
         self.last_score = 0.0  # the score of the edge detection matched to it last
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
@@ -154,6 +158,7 @@ class Track:
         self.mean, self.covariance = kalman.update(self.mean, self.covariance, xyah)
         self.hits += 1
         self.time_since_update = 0
+        self.followed_frames = 0
         self._class_votes[class_id] += 1
         self._record(frame_index, xyxy, feature)
         if self.is_tentative and self.hits >= self.n_init:
@@ -170,6 +175,7 @@ class Track:
             return
         self.mean, self.covariance = kalman.update(self.mean, self.covariance, xyxy_to_xyah(box))
         self.followed_box = box
+        self.followed_frames = min(self.followed_frames + 1, self.time_since_update)
         self._record(frame_index, box, None)
 
     def reported_box(self) -> FloatArray:
@@ -209,6 +215,7 @@ class Track:
         self.cloud_vouch = int(terms.vouch_frames)
         self.cloud_hold = max(self.cloud_hold, int(terms.hold_frames))
         self.cloud_half_life = max(float(terms.half_life_frames), 0.0)
+        self.cloud_followed_aging = min(max(float(terms.followed_aging), 0.0), 1.0)
         self.cloud_held_floor = float(terms.min_held_score)
         self.cloud_rejected = False
 
@@ -216,10 +223,13 @@ class Track:
     def held_score(self) -> float:
         """The score of a held box now: the cloud's, halved every `cloud_half_life` frames the
         edge has missed the track (a box coasting on its prediction drifts off the object, so
-        it ranks below fresh detections the longer it coasts)."""
+        it ranks below fresh detections the longer it coasts). A frame optical flow followed
+        the object counts `cloud_followed_aging` of a frame: the box moved with what it shows."""
         if self.cloud_half_life <= 0.0:
             return self.cloud_score
-        return self.cloud_score * math.pow(0.5, self.time_since_update / self.cloud_half_life)
+        followed = min(self.followed_frames, self.time_since_update)
+        blind = self.time_since_update - (1.0 - self.cloud_followed_aging) * followed
+        return self.cloud_score * math.pow(0.5, blind / self.cloud_half_life)
 
     @property
     def vouched_score(self) -> float:
@@ -230,6 +240,7 @@ class Track:
         """The cloud saw this object `frames_ago` frames ago (the answer's frame): the track
         counts as seen then, so it is not aged out while only the cloud sees it."""
         self.time_since_update = min(self.time_since_update, max(0, int(frames_ago)))
+        self.followed_frames = min(self.followed_frames, self.time_since_update)
 
     def age_cloud_evidence(self) -> None:
         """One frame passed: the cloud's vouching and hold run down."""

@@ -450,6 +450,27 @@ def test_a_track_only_the_cloud_saw_moves_with_the_optical_flow_of_its_box() -> 
     assert track.box_at(tracker.frame_index) is not None  # a later answer finds it here
 
 
+@pytest.mark.parametrize(("aging", "expected"), [(0.0, 0.9), (0.5, 0.9 * 0.5**1.5), (1.0, 0.9 / 8)])
+def test_frames_flow_followed_count_their_share_of_the_held_scores_decay(
+    aging: float, expected: float
+) -> None:
+    tracker = DeepSortTracker(n_init=2)
+    tracker.update(Detections.empty())
+    track = tracker.spawn_track(np.array([100.0, 50.0, 140.0, 150.0]), 0, tracker.frame_index)
+    track.state = TrackState.CONFIRMED
+    terms = CloudTerms(hold_frames=20, half_life_frames=1.0, followed_aging=aging)
+    track.cloud_vote(0, 0.9, terms)
+    for _ in range(3):
+        tracker.update(Detections.empty(), follow=lambda boxes: [(2.0, 0.0)] * len(boxes))
+    assert track.time_since_update == 3 and track.followed_frames == 3
+    assert track.held_score == pytest.approx(expected)
+    tracker.update(Detections.empty(), follow=lambda boxes: [None] * len(boxes))  # blind
+    assert track.held_score == pytest.approx(expected / 2)
+    track.seen_by_cloud(1)  # an answer about the last frame: 1 blind frame since
+    assert track.followed_frames <= track.time_since_update == 1
+    assert track.held_score == pytest.approx(0.9 * 0.5 ** (1 - (1 - aging) * track.followed_frames))
+
+
 def test_without_flow_or_once_the_edge_saw_it_a_held_track_coasts_on_its_prediction() -> None:
     tracker = DeepSortTracker(n_init=2)
     track = _cloud_only_track(tracker)
