@@ -434,6 +434,19 @@ class FocusConfig(StrictModel):
             "are found again in a closer look)."
         ),
     )
+    refine_max_px: int = Field(
+        default=48,
+        ge=0,
+        le=4096,
+        description=(
+            "Cloud-vouched tracks the whole frame still sees that are at most this tall and wide "
+            "get a crop too (after the lost ones, within max_crops), and their whole-frame box "
+            "is averaged with the crop's (score-weighted): a small object is a few pixels at "
+            "the detector's input, so its box is often loose. 0 turns it off. Measured "
+            "(bench.hybrid_tradeoff, 10 held-out scenes): mAP50 0.735 instead of 0.709, "
+            "small_far:3 0.295 -> 0.427."
+        ),
+    )
     new_object_min_score: float = Field(
         default=0.3,
         ge=0.0,

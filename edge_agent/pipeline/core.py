@@ -204,6 +204,7 @@ class CameraPipeline:
                 frame.image.shape[:2],
                 plan.followed,
                 self.focus.new_object_min_score,
+                self.focus.refine_max_px,
             )
             detections, may_start = merged.detections, merged.may_start
             self.counters.focus_crops += len(focus)

@@ -56,22 +56,22 @@ def plan_focus(
     earlier crop needs none of its own. Hints are not followed tracks: what a crop finds there
     is a new object (see `merge_focus`).
 
-    A track the whole frame still sees gets no crop: following those too mixed crop and frame
-    boxes of one object and split it into two tracks (bench.hybrid_tradeoff: IDF1 on `quiet`
-    0.76 instead of 0.87).
+    A track the whole frame still sees gets a crop only when it is at most
+    `config.refine_max_px`: the crop's box then refines the frame's
+    (`merge_focus`) rather than joining it, since both boxes of one object split it into two
+    tracks (bench.hybrid_tradeoff: IDF1 on `quiet` 0.76 instead of 0.87).
     """
     width, height = frame_size
     candidates: list[tuple[float, FloatArray, bool]] = []  # (score, box, a followed track)
     for track in tracks:
         if not track.is_confirmed or track.cloud_rejected or track.cloud_score <= 0.0:
             continue
-        if track.time_since_update == 0 and track.last_score >= seen_score:
-            continue
+        seen = track.time_since_update == 0 and track.last_score >= seen_score
         box = track.to_xyxy().astype(np.float32)
         w, h = float(box[2] - box[0]), float(box[3] - box[1])
         if not np.all(np.isfinite(box)) or w <= 0 or h <= 0:
             continue
-        if max(w, h) <= config.max_object_px:
+        if max(w, h) <= (config.refine_max_px if seen else config.max_object_px):
             candidates.append((track.cloud_score, box, True))
     candidates += _open_hints(tracks, hints, config.max_object_px)
     candidates.sort(key=lambda c: -c[0])
@@ -171,13 +171,16 @@ def merge_focus(
     frame_shape: tuple[int, int],
     followed: FloatArray,
     new_object_min_score: float,
+    refine_max_px: int = 0,
 ) -> FocusedDetections:
     """The whole frame's detections with what its focus crops (boxes in crop pixels) add.
 
-    Only what the whole frame missed is added: a crop's box that a whole-frame box (any class,
-    any score) covers by half is dropped, so an object seen in both never becomes two boxes (on
-    the generated scenes, letting both into the merge cost 4 IDF1 points on `quiet`), and so is a
-    box the crop's inner border cuts (a part of an object). Boxes of overlapping crops are merged
+    A whole-frame box at most `refine_max_px` tall and wide inside a crop is refined by the
+    crop's box of the same object (`_refined`). Only what the whole frame missed is added: a
+    crop's box that a whole-frame box (any class, any score) covers by half is dropped, so an
+    object seen in both never becomes two boxes (on the generated scenes, letting both into the
+    merge cost 4 IDF1 points on `quiet`), and so is a box the crop's inner border cuts (a part
+    of an object). Boxes of overlapping crops are merged
     (NMS per class). A crop's box that overlaps a followed track (IoU >= `FOLLOW_IOU`) may only
     continue a track: starting one from it split followed objects in two; a box away from them
     counts from `new_object_min_score` (upscaled crops see clutter) and may start one.
@@ -187,6 +190,8 @@ def merge_focus(
         boxes = boxes[~cut_by_tile(boxes.xyxy, tile, CUT_MARGIN_PX)]
         added.append(tile_to_frame(boxes, tile, frame_shape))
     extra = Detections.concatenate(added) if added else Detections.empty()
+    if refine_max_px > 0 and len(extra) and len(full):
+        full = _refined(full, extra, [tile for tile, _ in found], refine_max_px)
     if len(extra) and len(full):
         extra = extra[box_overlap(extra.xyxy, full.xyxy, "ios").max(axis=1) < EXPLAINED_IOS]
     near = np.zeros(len(extra), dtype=np.bool_)
@@ -201,5 +206,38 @@ def merge_focus(
     return FocusedDetections(Detections.concatenate([full, extra]), may_start)
 
 
+def _refined(full: Detections, crops: Detections, tiles: Sequence[Tile], max_px: int) -> Detections:
+    """`full` with each small box (at most `max_px` tall and wide) that lies inside a crop
+    averaged with the crop box overlapping it most (IoU >= `REFINE_IOU`, each crop box used
+    once), weighted by their scores; score and class stay the whole frame's.
+
+    The whole frame sees a small object at a few pixels of the detector's input, so its box is
+    often loose (IoU < 0.5 with the object's); the crop sees it scaled up. Measured
+    (bench.hybrid_tradeoff, 10 held-out scenes): averaging beat taking the crop's box (mAP50
+    0.730 vs 0.685 at 48 px: on larger objects the crop's box alone was worse), and 48 px beat
+    32, 40, 64 and 96.
+    """
+    sides = np.maximum(full.xyxy[:, 2] - full.xyxy[:, 0], full.xyxy[:, 3] - full.xyxy[:, 1])
+    inside = np.array([any(_contains(t, b) for t in tiles) for b in full.xyxy], dtype=np.bool_)
+    rows = np.flatnonzero((sides <= max_px) & inside)
+    if not len(rows):
+        return full
+    overlap = box_overlap(full.xyxy[rows], crops.xyxy, "iou")
+    xyxy = full.xyxy.copy()
+    used: set[int] = set()
+    for r in np.argsort(-overlap.max(axis=1), kind="stable"):
+        free = [int(c) for c in np.argsort(-overlap[r], kind="stable") if int(c) not in used]
+        if not free or overlap[r, free[0]] < REFINE_IOU:
+            continue
+        c, row = free[0], int(rows[r])
+        used.add(c)
+        a, b = float(full.confidence[row]), float(crops.confidence[c])
+        xyxy[row] = (a * full.xyxy[row] + b * crops.xyxy[c]) / max(a + b, 1e-9)
+    return Detections(xyxy, full.confidence, full.class_id, full.tracker_id)
+
+
+REFINE_IOU = 0.3
+"""A crop box refines a whole-frame box it overlaps this much: loose boxes are what it fixes
+(measured: 0.5 instead of 0.3 closed 34 % of the gap instead of 48 %)."""
 FOLLOW_IOU = 0.1
 EXPLAINED_IOS = 0.5

@@ -57,14 +57,50 @@ def test_large_unvouched_or_nearby_tracks_need_no_crop_of_their_own() -> None:
     assert len(plan_focus(many, FRAME, FocusConfig(max_crops=2), SEEN).tiles) == 2
 
 
-def test_a_track_the_whole_frame_still_sees_needs_no_crop() -> None:
+def test_a_track_the_whole_frame_still_sees_gets_a_crop_only_to_refine_a_small_box() -> None:
     (track,) = _tracks((100.0, 100.0, 110.0, 120.0))
     track.time_since_update, track.last_score = 0, 0.8  # matched on the last frame
-    assert plan_focus([track], FRAME, FocusConfig(), SEEN).tiles == []
+    assert plan_focus([track], FRAME, FocusConfig(refine_max_px=0), SEEN).tiles == []
+    assert len(plan_focus([track], FRAME, FocusConfig(refine_max_px=20), SEEN).tiles) == 1
+    assert plan_focus([track], FRAME, FocusConfig(refine_max_px=19), SEEN).tiles == []
     track.last_score = 0.2  # only by a weak detection: the crop may find it better
-    assert len(plan_focus([track], FRAME, FocusConfig(), SEEN).tiles) == 1
+    assert len(plan_focus([track], FRAME, FocusConfig(refine_max_px=0), SEEN).tiles) == 1
     track.time_since_update = 1  # missed
-    assert len(plan_focus([track], FRAME, FocusConfig(), SEEN).tiles) == 1
+    assert len(plan_focus([track], FRAME, FocusConfig(refine_max_px=0), SEEN).tiles) == 1
+
+
+def test_small_whole_frame_boxes_inside_a_crop_are_refined_by_the_crop() -> None:
+    tile = Tile(100, 100, 160, 160, True, True, True, True)
+    full = Detections(
+        np.array(
+            [
+                [110.0, 110.0, 130.0, 150.0],  # small, loose: the crop's box is better
+                [200.0, 110.0, 258.0, 250.0],  # larger than refine_max_px: kept
+                [400.0, 100.0, 410.0, 120.0],  # outside the crop: kept
+                [150.0, 200.0, 160.0, 220.0],  # the crop's nearest box overlaps it too little
+            ]
+        ),
+        np.array([0.6, 0.8, 0.7, 0.5]),
+        np.array([0, 0, 0, 1]),
+    )
+    crop = Detections(  # crop pixels
+        np.array(
+            [[12.0, 15.0, 28.0, 55.0], [100.0, 10.0, 158.0, 150.0], [58.0, 100.0, 61.0, 106.0]]
+        ),
+        np.array([0.9, 0.9, 0.9]),
+        np.array([0, 0, 0]),
+    )
+    nothing = np.zeros((0, 4), dtype=np.float32)
+    merged = merge_focus(full, [(tile, crop)], (360, 640), nothing, 1.0, refine_max_px=48)
+    refined = merged.detections
+    expected = 0.6 * np.array([110.0, 110.0, 130.0, 150.0]) + 0.9 * np.array([112, 115, 128, 155])
+    np.testing.assert_allclose(refined.xyxy[0], expected / 1.5, rtol=1e-5)
+    np.testing.assert_array_equal(refined.xyxy[1:4], full.xyxy[1:])
+    assert refined.confidence.tolist() == full.confidence.tolist()  # the frame's scores
+    assert refined.class_id.tolist() == full.class_id.tolist()
+    assert len(refined) == 4  # the crop's boxes of those objects were not added
+    unrefined = merge_focus(full, [(tile, crop)], (360, 640), nothing, 1.0, refine_max_px=0)
+    np.testing.assert_array_equal(unrefined.detections.xyxy[:4], full.xyxy)
 
 
 def test_merge_adds_only_what_the_whole_frame_missed() -> None:
