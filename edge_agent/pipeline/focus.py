@@ -215,7 +215,7 @@ def _refined(full: Detections, crops: Detections, tiles: Sequence[Tile], max_px:
     often loose (IoU < 0.5 with the object's); the crop sees it scaled up. Measured
     (bench.hybrid_tradeoff, 10 held-out scenes): averaging beat taking the crop's box (mAP50
     0.730 vs 0.685 at 48 px: on larger objects the crop's box alone was worse), and 48 px beat
-    32, 40, 64 and 96.
+    32, 40, 64 and 96 (see `FocusConfig.refine_max_px`).
     """
     sides = np.maximum(full.xyxy[:, 2] - full.xyxy[:, 0], full.xyxy[:, 3] - full.xyxy[:, 1])
     inside = np.array([any(_contains(t, b) for t in tiles) for b in full.xyxy], dtype=np.bool_)
