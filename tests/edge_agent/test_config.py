@@ -322,10 +322,31 @@ def test_cloud_address_refuses_what_grpc_would_not_resolve(target: str) -> None:
         ("follow_flow: maybe", "escalation.fusion.follow_flow: Input should be a valid boolean, "
          "unable to interpret input (got 'maybe')"),
         ("reject_duplicate: true", "t.yaml:24: escalation.fusion.reject_duplicate: unknown key"),
+        ("followed_aging: -0.1", "escalation.fusion.followed_aging: Input should be greater "
+         "than or equal to 0 (got -0.1)"),
     ],
 )  # fmt: skip
 def test_bad_fusion_settings_are_refused_by_name(fusion: str, expected: str) -> None:
     text = _with(f"escalation:\n  enabled: true\n  cloud_address: c:1\n  fusion:\n    {fusion}\n")
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, EdgeAgentConfig, "t.yaml")
+    assert expected in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ("focus:\n    refine_max_px: -1", "escalation.focus.refine_max_px: Input should be "
+         "greater than or equal to 0 (got -1)"),
+        ("signals:\n    weights:\n      held_track: many", "escalation.signals.weights."
+         "held_track: Input should be a valid number, unable to parse string as a number "
+         "(got 'many')"),
+        ("signals:\n    weights:\n      held_tracks: 1", "escalation.signals.weights."
+         "held_tracks: unknown key"),
+    ],
+)  # fmt: skip
+def test_bad_focus_and_signal_settings_are_refused_by_name(section: str, expected: str) -> None:
+    text = _with(f"escalation:\n  enabled: true\n  cloud_address: c:1\n  {section}\n")
     with pytest.raises(ConfigError) as raised:
         parse_config(text, EdgeAgentConfig, "t.yaml")
     assert expected in str(raised.value)
