@@ -67,32 +67,27 @@ def _budget(frames_per_s: float, **updates: Any) -> EscalationConfig:
     (nested sections as dicts of their fields)."""
     document = DEFAULTS.model_dump()
     document.update(per_camera_frames_per_s=frames_per_s, per_agent_frames_per_s=frames_per_s)
+    return EscalationConfig.model_validate(_merged(document, updates))
+
+
+def _merged(document: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+    """`document` with `updates` laid over it, nested sections field by field."""
+    out = dict(document)
     for key, value in updates.items():
-        if isinstance(value, dict):
-            document[key] = {**document[key], **value}
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
         else:
-            document[key] = value
-    return EscalationConfig.model_validate(document)
+            out[key] = value
+    return out
 
 
 PREVIOUS_DEFAULTS: dict[str, Any] = {
-    "refresh_interval_s": 10.0,
-    "fusion": {
-        "cloud_vote_weight": 5,
-        "confirm_iou": 0.5,
-        "min_cloud_score": 0.5,
-        "hold_ms": 500,
-        "hold_half_life_ms": 80,
-        "min_held_score": 0.0,
-        "cloud_sighting": False,
-        "new_track_min_score": 1.0,
-        "min_agreement": 0.85,
-        "follow_flow": False,
-        "reject_duplicates": False,
-    },
-    "focus": {"max_object_px": 40},
+    "signals": {"weights": {"held_track": 0.0}},
+    "fusion": {"followed_aging": 1.0},
+    "focus": {"refine_max_px": 0},
 }
-"""The defaults before the fusion and refresh changes of this table's release (one row)."""
+"""The previous release's defaults (one row): no held-track signal, followed frames aging the
+hold like blind ones, no refining crops."""
 
 
 def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
@@ -139,6 +134,12 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("relabel off", {"fusion": {"relabel": False}}),
         ("cloud vote weight 5", {"fusion": {"cloud_vote_weight": 5}}),
         ("cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
+        ("held-track signal off", {"signals": {"weights": {"held_track": 0.0}}}),
+        ("followed frames age the hold", {"fusion": {"followed_aging": 1.0}}),
+        ("followed frames never age the hold", {"fusion": {"followed_aging": 0.0}}),
+        ("refine off", {"focus": {"refine_max_px": 0}}),
+        ("refine <= 32 px", {"focus": {"refine_max_px": 32}}),
+        ("refine <= 64 px", {"focus": {"refine_max_px": 64}}),
         ("focus off", {"focus": {"enabled": False}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
         ("focus, any new object", {"focus": {"new_object_min_score": 0.0}}),

@@ -253,6 +253,9 @@ def variants() -> list[Variant]:
         ("held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
         ("hold 500 ms, half-life 80 ms", {"fusion": {"hold_ms": 500, "hold_half_life_ms": 80}}),
         ("refresh 10 s", {"refresh_interval_s": 10.0}),
+        ("held-track signal off", {"signals": {"weights": {"held_track": 0.0}}}),
+        ("followed frames age the hold", {"fusion": {"followed_aging": 1.0}}),
+        ("refine off", {"focus": {"refine_max_px": 0}}),
         ("previous defaults", PREVIOUS_DEFAULTS),
     ]
     for label, updates in what:
