@@ -313,29 +313,18 @@ def test_cloud_address_refuses_what_grpc_would_not_resolve(target: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fusion", "expected"),
-    [
-        ("cloud_vote_weight: 0", "escalation.fusion.cloud_vote_weight: Input should be greater "
-         "than or equal to 1 (got 0)"),
-        ("min_held_score: 1.5", "escalation.fusion.min_held_score: Input should be less than or "
-         "equal to 1 (got 1.5)"),
-        ("follow_flow: maybe", "escalation.fusion.follow_flow: Input should be a valid boolean, "
-         "unable to interpret input (got 'maybe')"),
-        ("reject_duplicate: true", "t.yaml:24: escalation.fusion.reject_duplicate: unknown key"),
-        ("followed_aging: -0.1", "escalation.fusion.followed_aging: Input should be greater "
-         "than or equal to 0 (got -0.1)"),
-    ],
-)  # fmt: skip
-def test_bad_fusion_settings_are_refused_by_name(fusion: str, expected: str) -> None:
-    text = _with(f"escalation:\n  enabled: true\n  cloud_address: c:1\n  fusion:\n    {fusion}\n")
-    with pytest.raises(ConfigError) as raised:
-        parse_config(text, EdgeAgentConfig, "t.yaml")
-    assert expected in str(raised.value)
-
-
-@pytest.mark.parametrize(
     ("section", "expected"),
     [
+        ("fusion:\n    cloud_vote_weight: 0", "escalation.fusion.cloud_vote_weight: Input should "
+         "be greater than or equal to 1 (got 0)"),
+        ("fusion:\n    min_held_score: 1.5", "escalation.fusion.min_held_score: Input should be "
+         "less than or equal to 1 (got 1.5)"),
+        ("fusion:\n    follow_flow: maybe", "escalation.fusion.follow_flow: Input should be a "
+         "valid boolean, unable to interpret input (got 'maybe')"),
+        ("fusion:\n    reject_duplicate: true", "t.yaml:24: escalation.fusion.reject_duplicate: "
+         "unknown key"),
+        ("fusion:\n    followed_aging: -0.1", "escalation.fusion.followed_aging: Input should be "
+         "greater than or equal to 0 (got -0.1)"),
         ("focus:\n    refine_max_px: -1", "escalation.focus.refine_max_px: Input should be "
          "greater than or equal to 0 (got -1)"),
         ("signals:\n    weights:\n      held_track: many", "escalation.signals.weights."
@@ -345,7 +334,7 @@ def test_bad_fusion_settings_are_refused_by_name(fusion: str, expected: str) -> 
          "held_tracks: unknown key"),
     ],
 )  # fmt: skip
-def test_bad_focus_and_signal_settings_are_refused_by_name(section: str, expected: str) -> None:
+def test_bad_escalation_settings_are_refused_by_name(section: str, expected: str) -> None:
     text = _with(f"escalation:\n  enabled: true\n  cloud_address: c:1\n  {section}\n")
     with pytest.raises(ConfigError) as raised:
         parse_config(text, EdgeAgentConfig, "t.yaml")
