@@ -23,9 +23,6 @@ GRPC_TARGET_PATTERN = (
 )
 
 
-HELD_TRACK_WEIGHT = 1.0
-
-
 class EscalationWeights(StrictModel):
     """Score added per occurrence of each hard-frame signal (each count capped, see `signals`)."""
 
@@ -42,7 +39,7 @@ class EscalationWeights(StrictModel):
         default=0.75, ge=0.0, le=100.0, description="Per confirmed track missed on this frame."
     )
     held_track: float = Field(
-        default=HELD_TRACK_WEIGHT,
+        default=1.0,
         ge=0.0,
         le=100.0,
         description="Per track the edge keeps missing that a cloud answer holds (feedback "
@@ -443,9 +440,10 @@ class FocusConfig(StrictModel):
         le=4096,
         description=(
             "Cloud-vouched tracks the whole frame still sees that are at most this tall and wide "
-            "get a crop too (after the lost ones, within max_crops), and their whole-frame box "
-            "is averaged with the crop's (score-weighted): a small object is a few pixels at "
-            "the detector's input, so its box is often loose. 0 turns it off. Measured "
+            "get a crop too (within max_crops, ranked with the others by cloud score), and "
+            "their whole-frame box is averaged with the crop's (score-weighted): a small object "
+            "is a few pixels at the detector's input, so its box is often loose. 0 turns it "
+            "off. Measured "
             "(bench.hybrid_tradeoff, 10 held-out scenes): mAP50 0.734 instead of 0.708 off "
             "(small_far:3 0.295 -> 0.428, crowded 0.692 -> 0.732; events 0.963 -> 0.950), "
             "0.718 at 32 px, 0.727 at 64 px."

@@ -227,7 +227,7 @@ class Track:
         the object counts `cloud_followed_aging` of a frame: the box moved with what it shows."""
         if self.cloud_half_life <= 0.0:
             return self.cloud_score
-        followed = min(self.followed_frames, self.time_since_update)
+        followed = self.followed_frames  # never more than time_since_update (see follow)
         blind = self.time_since_update - (1.0 - self.cloud_followed_aging) * followed
         return self.cloud_score * math.pow(0.5, blind / self.cloud_half_life)
 
