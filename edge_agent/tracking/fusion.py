@@ -71,6 +71,7 @@ class FusionSettings:
     hold_half_life_frames: float = 0.0  # a held box's score halves over these frames (0: never)
     followed_aging: float = 1.0  # what a frame optical flow followed counts of those (0..1)
     min_held_score: float = 0.0  # a held box scoring less is not reported
+    held_score_scale: float = 1.0  # share of its held score a held box is reported at
     vouch_frames: int = 0  # frames a confirmation lifts the score (0: never, -1: for life)
     min_iou: float = 0.3
     covered_iou: float = 0.5
@@ -103,6 +104,7 @@ class FusionSettings:
             half_life_frames=self.hold_half_life_frames,
             followed_aging=self.followed_aging,
             min_held_score=self.min_held_score,
+            held_scale=self.held_score_scale,
             vote_weight=self.cloud_vote_weight,
         )
 
@@ -120,6 +122,7 @@ class FusionSettings:
             ),
             followed_aging=config.followed_aging,
             min_held_score=config.min_held_score,
+            held_score_scale=config.held_score_scale,
             vouch_frames=-1 if config.vouch_ms is None else round(config.vouch_ms / 1000.0 * fps),
             min_iou=config.min_iou,
             box_correction_gain=config.box_correction_gain,

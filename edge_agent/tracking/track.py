@@ -24,7 +24,8 @@ class CloudTerms:
     """How a cloud confirmation counts for a track (fusion's settings, in frames):
     `hold_frames` reported without an edge detection, its score halving every
     `half_life_frames` the edge misses it (0: never; a frame optical flow followed it counts
-    `followed_aging` of a frame) and the box dropped below `min_held_score`; `vouch_frames`
+    `followed_aging` of a frame) and the box dropped below `min_held_score`, reported at
+    `held_scale` of that score (it ranks below fresh detections); `vouch_frames`
     lifting the track's own detections to the cloud's score (0 never, -1 for life);
     `vote_weight` edge frames one cloud class vote is worth."""
 
@@ -33,6 +34,7 @@ class CloudTerms:
     half_life_frames: float = 0.0
     followed_aging: float = 1.0
     min_held_score: float = 0.0
+    held_scale: float = 1.0
     vote_weight: int = CLOUD_VOTE_WEIGHT
 
 
@@ -83,6 +85,7 @@ class Track:
         self.cloud_half_life = 0.0  # frames over which a held box's score halves (0: it stays)
         self.cloud_followed_aging = 1.0  # what a followed frame counts of that (0..1)
         self.cloud_held_floor = 0.0  # a held box scoring less is not reported
+        self.cloud_held_scale = 1.0  # share of the held score a held box is reported at
         self.cloud_rejected = False  # the cloud looked and saw nothing there: not reported
         self.cloud_vote_weight = CLOUD_VOTE_WEIGHT  # edge frames one cloud vote is worth
         self.followed_box: FloatArray | None = None  # where optical flow put it this frame
@@ -209,7 +212,8 @@ class Track:
         confidence for `terms.vouch_frames` frames (-1: from now on), for `terms.hold_frames`
         frames even where the edge misses it (at a score halving every
         `terms.half_life_frames` the edge has not seen it, 0: at `score` throughout; and only
-        while that score is at least `terms.min_held_score`), and a rejection is lifted."""
+        while that score is at least `terms.min_held_score`; reported at `terms.held_scale` of
+        it), and a rejection is lifted."""
         terms = terms or CloudTerms()
         self.cloud_score = float(score)
         self.cloud_vouch = int(terms.vouch_frames)
@@ -217,6 +221,7 @@ class Track:
         self.cloud_half_life = max(float(terms.half_life_frames), 0.0)
         self.cloud_followed_aging = min(max(float(terms.followed_aging), 0.0), 1.0)
         self.cloud_held_floor = float(terms.min_held_score)
+        self.cloud_held_scale = min(max(float(terms.held_scale), 0.0), 1.0)
         self.cloud_rejected = False
 
     @property
@@ -230,6 +235,14 @@ class Track:
         followed = self.followed_frames  # never more than time_since_update (see follow)
         blind = self.time_since_update - (1.0 - self.cloud_followed_aging) * followed
         return self.cloud_score * math.pow(0.5, blind / self.cloud_half_life)
+
+    @property
+    def reported_held_score(self) -> float:
+        """The confidence a held box is reported with: `held_score` times the share fusion set
+        (`CloudTerms.held_scale`). Nothing detected the object in this frame, so the box ranks
+        below the edge's fresh detections; the floor (`cloud_held_floor`) applies to
+        `held_score`, the cloud's evidence, not to this rank."""
+        return self.held_score * self.cloud_held_scale
 
     @property
     def vouched_score(self) -> float:

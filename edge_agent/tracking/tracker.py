@@ -269,7 +269,8 @@ class DeepSortTracker:
 
         The cloud sees objects the edge cannot (small, far, occluded); for `cloud_hold` frames
         after an answer such a track is reported at its predicted box with the cloud's score
-        (`Track.held_score`: decaying while the edge misses it, where fusion set a half-life),
+        (`Track.held_score`: decaying while the edge misses it, where fusion set a half-life;
+        reported at `Track.reported_held_score`, a share of it),
         while it stays in the frame (`HELD_MIN_INSIDE`).
         """
         rows: list[tuple[Track, float, FloatArray]] = []
@@ -286,7 +287,7 @@ class DeepSortTracker:
                 frame = np.array([0.0, 0.0, *frame_size], dtype=np.float32)
                 if coverage(box.astype(np.float32), frame)[0, 0] < HELD_MIN_INSIDE:
                     continue
-            rows.append((track, score, box))
+            rows.append((track, track.reported_held_score, box))
         if not rows:
             return Detections.empty()
         return Detections(

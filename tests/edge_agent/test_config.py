@@ -325,6 +325,8 @@ def test_cloud_address_refuses_what_grpc_would_not_resolve(target: str) -> None:
          "unknown key"),
         ("fusion:\n    followed_aging: -0.1", "escalation.fusion.followed_aging: Input should be "
          "greater than or equal to 0 (got -0.1)"),
+        ("fusion:\n    held_score_scale: 2", "escalation.fusion.held_score_scale: Input should "
+         "be less than or equal to 1 (got 2)"),
         ("focus:\n    refine_max_px: -1", "escalation.focus.refine_max_px: Input should be "
          "greater than or equal to 0 (got -1)"),
         ("signals:\n    weights:\n      held_track: many", "escalation.signals.weights."

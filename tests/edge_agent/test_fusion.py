@@ -413,11 +413,28 @@ def test_a_camera_the_cloud_is_still_undecided_on_takes_its_new_objects() -> Non
     assert (result.trusted, result.created) == (False, 0)
 
 
-def test_a_held_box_whose_score_ran_down_below_the_floor_is_no_longer_reported() -> None:
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_a_held_box_whose_score_ran_down_below_the_floor_is_no_longer_reported(
+    scale: float,
+) -> None:
+    # The floor applies to the held score (the cloud's evidence), the scale only to the rank.
     tracker = DeepSortTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
-    settings = FusionSettings(hold_frames=20, hold_half_life_frames=1.0, min_held_score=0.1)
+    settings = FusionSettings(
+        hold_frames=20, hold_half_life_frames=1.0, min_held_score=0.1, held_score_scale=scale
+    )
     fuse_answer(tracker, 2, _dets((*_moving_box(2), 0.8, PERSON)), settings=settings)
     scores = [tracker.update(Detections.empty()).confidence.tolist() for _ in range(5)]
-    assert scores == [[pytest.approx(0.4)], [pytest.approx(0.2)], [pytest.approx(0.1)], [], []]
+    held = [[pytest.approx(scale * s)] for s in (0.4, 0.2, 0.1)]
+    assert scores == [*held, [], []]
+
+
+def test_held_boxes_rank_below_a_fresh_detection_of_the_same_score() -> None:
+    tracker = DeepSortTracker(n_init=2)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON), (300, 300, 340, 380, 0.5, PERSON)))
+    settings = FusionSettings(hold_frames=20, held_score_scale=0.25)
+    fuse_answer(tracker, 2, _dets((*_moving_box(2), 0.5, PERSON)), settings=settings)
+    out = tracker.update(_dets((300, 300, 340, 380, 0.5, PERSON)))
+    assert sorted(out.confidence.tolist()) == [pytest.approx(0.125), pytest.approx(0.5)]
