@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     reference: float | None = None
     for label, path, size in rows:
+        batches: tuple[int, ...]
         if path.suffix == ".tflite":
             runtime = create_runtime(LiteRTConfig(model_path=path, num_threads=THREADS))
             name, batches = "LiteRT", (1,)

@@ -251,6 +251,7 @@ def variants() -> list[Variant]:
         ("flow off", {"fusion": {"follow_flow": False}}),
         ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
         ("held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
+        ("held boxes at full score", {"fusion": {"held_score_scale": 1.0}}),
         ("hold 500 ms, half-life 80 ms", {"fusion": {"hold_ms": 500, "hold_half_life_ms": 80}}),
         ("refresh 10 s", {"refresh_interval_s": 10.0}),
         ("held-track signal off", {"signals": {"weights": {"held_track": 0.0}}}),
