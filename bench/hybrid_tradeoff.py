@@ -177,15 +177,16 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
             **common,
         )
     )
-    out.append(
-        Variant(
-            "hybrid 4 f/s, regions off",
-            "hybrid",
-            _budget(4.0, regions={"enabled": False}),
-            group="policy",
-            **common,
+    for fps in (3.0, 4.0, 8.0):  # whole frames only, above the default budget
+        out.append(
+            Variant(
+                f"hybrid {fps:g} f/s, regions off",
+                "hybrid",
+                _budget(fps, regions={"enabled": False}),
+                group="policy",
+                **common,
+            )
         )
-    )
     out.append(
         Variant(
             "oracle 4 f/s, regions off",

@@ -92,7 +92,17 @@ class EscalationSignalsConfig(StrictModel):
 class RegionEscalationConfig(StrictModel):
     """Region escalation: send padded crops of the hard boxes instead of the whole frame."""
 
-    enabled: bool = Field(default=True, description="Send crops when the hard part is small.")
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Send crops when the hard part is small. Measured (bench.hybrid_tradeoff, 10 held-out "
+            "scenes): at 2 frames/s crops close 51 % of the edge-to-cloud mAP50 gap against 50 % "
+            "with whole frames only, at half the bytes; above that whole frames do better (3 "
+            "frames/s: 56 % against 49 %, 4: 52 % against 44 %), as crops show the cloud only "
+            "what the edge already sees: with a budget above 2 frames/s, turn crops off where "
+            "the bytes allow."
+        ),
+    )
     max_area_fraction: float = Field(
         default=0.3,
         gt=0.0,
