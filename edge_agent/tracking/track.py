@@ -237,14 +237,6 @@ class Track:
         return self.cloud_score * math.pow(0.5, blind / self.cloud_half_life)
 
     @property
-    def reported_held_score(self) -> float:
-        """The confidence a held box is reported with: `held_score` times the share fusion set
-        (`CloudTerms.held_scale`). Nothing detected the object in this frame, so the box ranks
-        below the edge's fresh detections; the floor (`cloud_held_floor`) applies to
-        `held_score`, the cloud's evidence, not to this rank."""
-        return self.held_score * self.cloud_held_scale
-
-    @property
     def vouched_score(self) -> float:
         """The cloud's score while it still vouches for this track, else 0."""
         return self.cloud_score if self.cloud_vouch != 0 else 0.0

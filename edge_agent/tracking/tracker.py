@@ -269,9 +269,11 @@ class DeepSortTracker:
 
         The cloud sees objects the edge cannot (small, far, occluded); for `cloud_hold` frames
         after an answer such a track is reported at its predicted box with the cloud's score
-        (`Track.held_score`: decaying while the edge misses it, where fusion set a half-life;
-        reported at `Track.reported_held_score`, a share of it),
-        while it stays in the frame (`HELD_MIN_INSIDE`).
+        (`Track.held_score`: decaying while the edge misses it, where fusion set a half-life),
+        while it stays in the frame (`HELD_MIN_INSIDE`). The row's confidence is that score
+        times `Track.cloud_held_scale`: nothing detected the object in this frame, so it ranks
+        below the edge's fresh detections; the floor (`cloud_held_floor`) applies to the held
+        score, the cloud's evidence, not to the rank.
         """
         rows: list[tuple[Track, float, FloatArray]] = []
         for track in self.tracks:
@@ -287,7 +289,7 @@ class DeepSortTracker:
                 frame = np.array([0.0, 0.0, *frame_size], dtype=np.float32)
                 if coverage(box.astype(np.float32), frame)[0, 0] < HELD_MIN_INSIDE:
                     continue
-            rows.append((track, track.reported_held_score, box))
+            rows.append((track, score * track.cloud_held_scale, box))
         if not rows:
             return Detections.empty()
         return Detections(
