@@ -17,7 +17,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -35,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 _MS_PER_S = 1000.0
 _FFMPEG_OPTIONS_ENV = "OPENCV_FFMPEG_CAPTURE_OPTIONS"
-# OpenCV reads the options from the environment at each open; serialise opens that set it.
+# OpenCV reads the options from the environment at each open: every FFmpeg open holds this lock,
+# so a file never opens under a stream's options (see `ffmpeg_options_env`).
 _OPEN_ENV_LOCK = threading.Lock()
 _DEFAULT_FILE_FPS = 25.0
 
@@ -72,6 +74,28 @@ def ffmpeg_capture_options(rtsp_transport: str) -> str:
     No long probing (the SDP carries the parameter sets) and no input buffering.
     """
     return f"rtsp_transport;{rtsp_transport}|analyzeduration;0|probesize;32|fflags;nobuffer"
+
+
+@contextmanager
+def ffmpeg_options_env(options: str | None) -> Iterator[None]:
+    """Hold the FFmpeg open lock with `OPENCV_FFMPEG_CAPTURE_OPTIONS` set to `options`.
+
+    `None` leaves the variable as the process had it (a user's own options still apply). Every
+    FFmpeg open, of a stream or a file, goes through here: a video file opened while another
+    camera's RTSP options were set (`analyzeduration;0|probesize;32`) lost its first GOP, one
+    second of the clip, so every rule fired a second early (seen as a CI flake).
+    """
+    with _OPEN_ENV_LOCK:
+        previous = os.environ.get(_FFMPEG_OPTIONS_ENV)
+        if options is not None:
+            os.environ[_FFMPEG_OPTIONS_ENV] = options
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop(_FFMPEG_OPTIONS_ENV, None)
+            else:
+                os.environ[_FFMPEG_OPTIONS_ENV] = previous
 
 
 def is_stream_url(url: str) -> bool:
@@ -274,18 +298,10 @@ class CameraSource:
             # No FFmpeg read timeout on a file: a read starved of CPU past it is cut short, and
             # the decoder then skips to the next keyframe (a whole GOP of the clip lost; seen
             # as events 1 s early under load). A file that truly hangs is the watchdog's job.
-            return cv2.VideoCapture(self.url, cv2.CAP_FFMPEG)
-        options = ffmpeg_capture_options(self.config.rtsp_transport)
-        with _OPEN_ENV_LOCK:
-            previous = os.environ.get(_FFMPEG_OPTIONS_ENV)
-            os.environ[_FFMPEG_OPTIONS_ENV] = options
-            try:
-                return cv2.VideoCapture(self.url, cv2.CAP_FFMPEG, params)
-            finally:
-                if previous is None:
-                    os.environ.pop(_FFMPEG_OPTIONS_ENV, None)
-                else:
-                    os.environ[_FFMPEG_OPTIONS_ENV] = previous
+            with ffmpeg_options_env(None):
+                return cv2.VideoCapture(self.url, cv2.CAP_FFMPEG)
+        with ffmpeg_options_env(ffmpeg_capture_options(self.config.rtsp_transport)):
+            return cv2.VideoCapture(self.url, cv2.CAP_FFMPEG, params)
 
     def _read_loop(self, conn: _Connection) -> None:
         capture: Any = None

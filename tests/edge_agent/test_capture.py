@@ -18,6 +18,7 @@ from edge_agent.capture import (
     CaptureState,
     LatestFrameSlot,
 )
+from edge_agent.capture.source import ffmpeg_capture_options, ffmpeg_options_env
 from edge_agent.config.camera import CaptureConfig
 from tests.fixtures.processes import free_tcp_port
 from tests.fixtures.rtsp import RtspServer
@@ -227,6 +228,38 @@ def test_every_frame_replay_waits_for_a_slow_consumer_and_keeps_the_clip_clock(
     monos = np.array([f.monotonic_s - frames[0].monotonic_s for f in frames])
     np.testing.assert_allclose(walls, np.arange(50) / NATIVE_FPS, atol=1e-6)
     np.testing.assert_allclose(monos, np.arange(50) / NATIVE_FPS, atol=1e-6)
+
+
+def test_a_file_never_opens_under_another_cameras_stream_options(
+    make_source: Callable[..., tuple[CameraSource, StateLog]], short_sample_clip: Path
+) -> None:
+    # A stream camera opening at the same moment holds its RTSP options in the environment
+    # (OpenCV reads them at each open). A file opened under them lost its first GOP: every rule
+    # of the clip fired a second early (a CI flake with a dead RTSP camera beside a file one).
+    holding = threading.Event()
+    release = threading.Event()
+
+    def stream_open() -> None:
+        with ffmpeg_options_env(ffmpeg_capture_options("tcp")):
+            holding.set()
+            release.wait(5.0)
+
+    opener = threading.Thread(target=stream_open)
+    opener.start()
+    try:
+        assert holding.wait(5.0)
+        source, log = make_source(
+            str(short_sample_clip), _fast_config(), loop_file=False, every_frame=True
+        )
+        time.sleep(0.3)  # the file's open is waiting for the stream's to finish
+    finally:
+        release.set()
+        opener.join(5.0)
+    count = 0
+    while source.slot.get(timeout_s=3.0) is not None:
+        count += 1
+    log.wait_for({CaptureState.STOPPED}, timeout_s=5.0)
+    assert count == 50  # the whole clip, from its first frame
 
 
 def test_missing_file_reports_error_and_keeps_retrying(
