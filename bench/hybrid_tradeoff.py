@@ -81,12 +81,8 @@ def _merged(document: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-PREVIOUS_DEFAULTS: dict[str, Any] = {
-    "fusion": {"held_score_scale": 1.0, "reject_below_edge_score": 0.7},
-    "focus": {"max_crops": 4},
-}
-"""The previous release's defaults (one row): held boxes at their full held score, rejection of
-edge tracks scored below 0.7, four focus crops a frame."""
+PREVIOUS_DEFAULTS: dict[str, Any] = {"fusion": {"fit_gain": 0.0}}
+"""The previous release's defaults (one row): no box fit from the cloud's answers."""
 
 
 def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
@@ -124,6 +120,8 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
         ("held boxes at full score", {"fusion": {"held_score_scale": 1.0}}),
         ("held boxes at half score", {"fusion": {"held_score_scale": 0.5}}),
+        ("box fit at full gain", {"fusion": {"fit_gain": 1.0}}),
+        ("box fit for 2 s", {"fusion": {"fit_ms": 2000}}),
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("rejection below 0.7", {"fusion": {"reject_below_edge_score": 0.7}}),
         ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
@@ -183,6 +181,20 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
                 f"hybrid {fps:g} f/s, regions off",
                 "hybrid",
                 _budget(fps, regions={"enabled": False}),
+                group="policy",
+                **common,
+            )
+        )
+    whole_frames: list[tuple[str, dict[str, Any]]] = [
+        ("box fit off", {"fusion": {"fit_gain": 0.0}}),
+        ("trust off", {"fusion": {"min_agreement": 0.0}}),
+    ]
+    for label, updates in whole_frames:  # the best budget under 20 % of frames, varied
+        out.append(
+            Variant(
+                f"hybrid 3 f/s, regions off, {label}",
+                "hybrid",
+                _budget(3.0, regions={"enabled": False}, **updates),
                 group="policy",
                 **common,
             )

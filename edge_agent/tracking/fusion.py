@@ -10,7 +10,10 @@ against the boxes the tracks had *at that frame* (`Track.history`), then:
   and with `relabel` takes the cloud's class as a heavy vote (`cloud_vote_weight`); with
   `cloud_sighting` it counts as seen at the answer's frame (not aged out while only the cloud
   sees it); a tentative one is confirmed; the current state can be nudged by the cloud's box
-  offset (`box_correction_gain`);
+  offset (`box_correction_gain`); and for `fit_frames` the track's own edge boxes are
+  corrected by `fit_gain` of how the cloud's box differed from the edge's at that frame
+  (`Track.cloud_fit`: a systematic error, like a half-hidden person boxed with a neighbour,
+  persists from frame to frame);
 - a track the cloud looked at and returned no box for at all (not even a weak one of another
   class) is *rejected* when the edge never scored it well (`reject_below_edge_score`): it is no
   longer reported, and its recent alerts are retracted, until the cloud sees it again; a
@@ -21,18 +24,17 @@ against the boxes the tracks had *at that frame* (`Track.history`), then:
   where the edge keeps missing it, the tracker moves it by optical flow (`follow_flow`, see
   `edge_agent.tracking.flow`).
 
-The corrective steps (class votes, rejections, removals) need the cloud to be *trusted* on this
-camera (`CloudTrust`): of the tracks the edge is sure of (best score >= `trust_edge_score`) that
-the cloud looked at, it must have returned a box for at least `min_agreement` (the lower end of
-a 90 % confidence interval of that share), over at least `trust_min_checks` of them. New tracks
-need trust too, or a camera still undecided (fewer checks than that): on a scene of small far
-objects the edge is sure of too few to ever decide, and the cloud's boxes are what it has. A
-cloud model that misses
-what the edge plainly sees on a camera (another viewpoint, light or object mix than it was
-trained on) cannot be right when it disagrees there; the edge then only takes its
-confirmations. Measured on the generated scenes (`bench.hybrid_tradeoff`): the cloud returned a
-box for 94-98 % of such tracks on four scenes and 74 % on the one where its mAP50 is 0.19 below
-the edge's.
+The corrective steps (class votes, box fits, rejections, removals) need the cloud to be
+*trusted* on this camera (`CloudTrust`): of the tracks the edge is sure of (best score >=
+`trust_edge_score`) that the cloud looked at, it must have returned a box for at least
+`min_agreement` (the lower end of a 90 % confidence interval of that share), over at least
+`trust_min_checks` of them. New tracks need trust too, or a camera still undecided (fewer checks
+than that): on a scene of small far objects the edge is sure of too few to ever decide, and the
+cloud's boxes are what it has. A cloud model that misses what the edge plainly sees on a camera
+(another viewpoint, light or object mix than it was trained on) cannot be right when it
+disagrees there; the edge then only takes its confirmations. Measured on the generated scenes
+(`bench.hybrid_tradeoff`): the cloud returned a box for 94-98 % of such tracks on four scenes
+and 74 % on the one where its mAP50 is 0.19 below the edge's.
 
 In region mode the cloud only looked inside its regions: tracks and boxes outside them are left
 alone. Answers older than the horizon are dropped (`FusionResult.dropped_late`).
@@ -72,6 +74,8 @@ class FusionSettings:
     followed_aging: float = 1.0  # what a frame optical flow followed counts of those (0..1)
     min_held_score: float = 0.0  # a held box scoring less is not reported
     held_score_scale: float = 1.0  # share of its held score a held box is reported at
+    fit_gain: float = 0.0  # share of the cloud's box fit applied to the track's edge boxes
+    fit_frames: int = 0  # frames that fit lasts
     vouch_frames: int = 0  # frames a confirmation lifts the score (0: never, -1: for life)
     min_iou: float = 0.3
     covered_iou: float = 0.5
@@ -123,6 +127,8 @@ class FusionSettings:
             followed_aging=config.followed_aging,
             min_held_score=config.min_held_score,
             held_score_scale=config.held_score_scale,
+            fit_gain=config.fit_gain,
+            fit_frames=round(config.fit_ms / 1000.0 * fps),
             vouch_frames=-1 if config.vouch_ms is None else round(config.vouch_ms / 1000.0 * fps),
             min_iou=config.min_iou,
             box_correction_gain=config.box_correction_gain,
@@ -342,6 +348,8 @@ def fuse_answer(
                 reclassified += int(track.class_id != before)
             else:
                 track.cloud_confirmed(score, s.terms(held=trusted))
+        if trusted and s.fit_gain > 0.0 and s.fit_frames > 0:
+            track.cloud_fit(cloud.xyxy[c], box_then, s.fit_frames, s.fit_gain)
         offset = xyxy_to_xyah(cloud.xyxy[c]) - xyxy_to_xyah(box_then)
         track.mean[:4] = track.mean[:4] + s.box_correction_gain * offset
 

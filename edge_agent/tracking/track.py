@@ -88,6 +88,9 @@ class Track:
         self.cloud_held_scale = 1.0  # share of the held score a held box is reported at
         self.cloud_rejected = False  # the cloud looked and saw nothing there: not reported
         self.cloud_vote_weight = CLOUD_VOTE_WEIGHT  # edge frames one cloud vote is worth
+        # the cloud's box against the edge's at an answer (see cloud_fit), and its frames left
+        self.fit: FloatArray | None = None
+        self.fit_frames = 0
         self.followed_box: FloatArray | None = None  # where optical flow put it this frame
         self.followed_frames = 0  # of the frames since the last sighting, those flow followed
         self.best_score = 0.0  # the best edge detection score matched to it so far
@@ -247,8 +250,36 @@ class Track:
         self.time_since_update = min(self.time_since_update, max(0, int(frames_ago)))
         self.followed_frames = min(self.followed_frames, self.time_since_update)
 
+    def cloud_fit(
+        self, cloud_xyxy: npt.ArrayLike, edge_xyxy: npt.ArrayLike, frames: int, gain: float = 1.0
+    ) -> None:
+        """The cloud boxed this object as `cloud_xyxy` where the edge had `edge_xyxy` (at the
+        answer's frame): for `frames` frames, the track's edge boxes are corrected by `gain` of
+        that difference (`fitted`), relative to their size, as the edge's error on one object
+        (a neighbour inside its box, a hidden part left out) changes slowly."""
+        cloud = np.asarray(cloud_xyxy, dtype=np.float64).reshape(4)
+        edge = np.asarray(edge_xyxy, dtype=np.float64).reshape(4)
+        cx, cy, cw, ch = _centre_size(cloud)
+        ex, ey, ew, eh = _centre_size(edge)
+        offset = [(cx - ex) / ew, (cy - ey) / eh, math.log(cw / ew), math.log(ch / eh)]
+        self.fit = np.array(offset) * float(gain)
+        self.fit_frames = int(frames)
+
+    def fitted(self, xyxy: npt.ArrayLike) -> FloatArray:
+        """An edge box of this object, corrected by the cloud's fit while it lasts."""
+        box = np.asarray(xyxy, dtype=np.float64).reshape(4)
+        if self.fit is None or self.fit_frames <= 0:
+            return box
+        x, y, w, h = _centre_size(box)
+        dx, dy, log_w, log_h = self.fit
+        x, y = x + dx * w, y + dy * h
+        w, h = w * math.exp(log_w), h * math.exp(log_h)
+        return np.array([x - w / 2.0, y - h / 2.0, x + w / 2.0, y + h / 2.0])
+
     def age_cloud_evidence(self) -> None:
-        """One frame passed: the cloud's vouching and hold run down."""
+        """One frame passed: the cloud's vouching, hold and box fit run down."""
+        if self.fit_frames > 0:
+            self.fit_frames -= 1
         if self.cloud_vouch > 0:
             self.cloud_vouch -= 1
         if self.cloud_hold > 0:
@@ -288,3 +319,9 @@ class Track:
         self.history.append((frame_index, np.asarray(xyxy, dtype=np.float64).reshape(4).copy()))
         if feature is not None:
             self.features.append(np.asarray(feature, dtype=np.float64).reshape(-1).copy())
+
+
+def _centre_size(xyxy: FloatArray) -> tuple[float, float, float, float]:
+    """(centre x, centre y, width, height) of a box, its sides at least a pixel."""
+    x1, y1, x2, y2 = (float(v) for v in xyxy)
+    return (x1 + x2) / 2.0, (y1 + y2) / 2.0, max(x2 - x1, 1.0), max(y2 - y1, 1.0)

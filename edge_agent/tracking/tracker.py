@@ -226,9 +226,11 @@ class DeepSortTracker:
         tracker_id = np.full(len(detections), -1, dtype=np.int64)
         class_id = detections.class_id.copy()
         confidence = detections.confidence.copy()
+        xyxy = detections.xyxy.copy()
         for t, d in settled + first.matches + second.matches:
             track = self.tracks[t]
             if track.is_confirmed and not track.cloud_rejected:
+                xyxy[d] = track.fitted(xyxy[d])
                 tracker_id[d] = track.track_id
                 class_id[d] = track.class_id  # the track's vote, cloud answers included
                 confidence[d] = max(float(confidence[d]), track.vouched_score)  # cloud-vouched
@@ -245,7 +247,7 @@ class DeepSortTracker:
                 self._feature_frame.pop(track.track_id, None)
         self.tracks = [t for t in self.tracks if not t.is_deleted]
         matched = {int(t) for t in tracker_id if t >= 0}
-        tracked = Detections(detections.xyxy, confidence, class_id, tracker_id)
+        tracked = Detections(xyxy, confidence, class_id, tracker_id)
         return Detections.concatenate([tracked, self._cloud_held(matched, frame_size)])
 
     def _follow_held(

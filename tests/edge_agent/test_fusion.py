@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from detection.detections import Detections
+from edge_agent.config.escalation import FusionConfig
 from edge_agent.tracking import DeepSortTracker
 from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
 from edge_agent.tracking.track import CloudTerms
@@ -172,8 +173,6 @@ def test_a_held_boxs_score_halves_every_half_life_the_edge_misses_the_track() ->
 
 
 def test_the_held_score_half_life_comes_from_the_config_in_frames() -> None:
-    from edge_agent.config.escalation import FusionConfig
-
     assert FusionSettings.from_config(FusionConfig(), 25.0).hold_half_life_frames == 3.0
     config = FusionConfig(hold_half_life_ms=200)
     assert FusionSettings.from_config(config, 25.0).hold_half_life_frames == pytest.approx(5.0)
@@ -438,3 +437,50 @@ def test_held_boxes_rank_below_a_fresh_detection_of_the_same_score() -> None:
     fuse_answer(tracker, 2, _dets((*_moving_box(2), 0.5, PERSON)), settings=settings)
     out = tracker.update(_dets((300, 300, 340, 380, 0.5, PERSON)))
     assert sorted(out.confidence.tolist()) == [pytest.approx(0.125), pytest.approx(0.5)]
+
+
+def test_the_clouds_box_fit_corrects_the_tracks_edge_boxes_for_a_while() -> None:
+    # The edge boxes a person with a neighbour's arm: 20 px too wide on the right, every frame.
+    def loose(f: int) -> tuple[float, ...]:
+        x1, y1, x2, y2 = _moving_box(f)
+        return (x1, y1, x2 + 20.0, y2)
+
+    tracker = DeepSortTracker(n_init=2)
+    for f in range(3):
+        tracker.update(_dets((*loose(f), 0.9, PERSON)))
+    settings = FusionSettings(fit_gain=0.5, fit_frames=3)
+    fuse_answer(tracker, 2, _dets((*_moving_box(2), 0.9, PERSON)), settings=settings)
+    boxes = [tracker.update(_dets((*loose(f), 0.9, PERSON))).xyxy[0].tolist() for f in (3, 4, 5)]
+    # Half-way to the cloud's box (its centre 10 px left, its width 40 of 60: a ratio), on
+    # the edge's own box as the person moves on.
+    half_width = 60.0 * (40.0 / 60.0) ** 0.5 / 2.0
+    wanted = [
+        [x1 + 25.0 - half_width, y1, x1 + 25.0 + half_width, y2]
+        for x1, y1, _, y2 in map(loose, (3, 4, 5))
+    ]
+    assert boxes == [pytest.approx(box) for box in wanted]
+    after = tracker.update(_dets((*loose(6), 0.9, PERSON)))
+    assert after.xyxy[0].tolist() == pytest.approx(list(loose(6)))  # the fit ran out
+    (track,) = tracker.tracks
+    assert track.history[-1][1].tolist() == pytest.approx(list(loose(6)))  # it measures raw boxes
+
+
+def test_an_untrusted_cloud_fits_no_box() -> None:
+    tracker = DeepSortTracker(n_init=2)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
+    settings = FusionSettings(fit_gain=0.5, fit_frames=10, trust_min_checks=1)
+    tighter = (110.0, 100.0, 140.0, 200.0, 0.9, PERSON)
+    result = fuse_answer(
+        tracker, 2, _dets(tighter), settings=settings, trust=CloudTrust(checked=5, seen=0)
+    )
+    assert not result.trusted
+    out = tracker.update(_dets((*_moving_box(3), 0.9, PERSON)))
+    assert out.xyxy[0].tolist() == pytest.approx(list(_moving_box(3)))
+
+
+def test_the_box_fit_comes_from_the_config_in_frames() -> None:
+    config = FusionConfig(fit_gain=0.4, fit_ms=1000)
+    settings = FusionSettings.from_config(config, fps=10.0)
+    assert (settings.fit_gain, settings.fit_frames) == (0.4, 10)
+    assert FusionSettings.from_config(FusionConfig(), fps=25.0).fit_gain == 0.5
