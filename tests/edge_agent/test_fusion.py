@@ -483,4 +483,4 @@ def test_the_box_fit_comes_from_the_config_in_frames() -> None:
     config = FusionConfig(fit_gain=0.4, fit_ms=1000)
     settings = FusionSettings.from_config(config, fps=10.0)
     assert (settings.fit_gain, settings.fit_frames) == (0.4, 10)
-    assert FusionSettings.from_config(FusionConfig(), fps=25.0).fit_gain == 0.5
+    assert FusionSettings.from_config(FusionConfig(), fps=25.0).fit_gain == 0.0  # off
