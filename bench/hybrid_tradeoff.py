@@ -81,8 +81,12 @@ def _merged(document: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-PREVIOUS_DEFAULTS: dict[str, Any] = {"fusion": {"fit_gain": 0.0}}
-"""The previous release's defaults (one row): no box fit from the cloud's answers."""
+PREVIOUS_DEFAULTS: dict[str, Any] = {
+    "fusion": {"min_agreement": 0.75, "followed_aging": 0.25},
+    "focus": {"new_object_min_score": 0.3},
+}
+"""The previous release's defaults (one row): trust at 75 % agreement, a followed frame ageing a
+held score by a quarter, focus crops' new objects from 0.3."""
 
 
 def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
@@ -120,14 +124,16 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
         ("held boxes at full score", {"fusion": {"held_score_scale": 1.0}}),
         ("held boxes at half score", {"fusion": {"held_score_scale": 0.5}}),
+        ("box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
         ("box fit at full gain", {"fusion": {"fit_gain": 1.0}}),
-        ("box fit for 2 s", {"fusion": {"fit_ms": 2000}}),
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("rejection below 0.7", {"fusion": {"reject_below_edge_score": 0.7}}),
         ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
         ("new tracks off", {"fusion": {"new_track_min_score": 1.0}}),
         ("cloud sighting off", {"fusion": {"cloud_sighting": False}}),
         ("flow off", {"fusion": {"follow_flow": False}}),
+        ("trust >= 0.75", {"fusion": {"min_agreement": 0.75}}),
+        ("trust >= 0.6", {"fusion": {"min_agreement": 0.6}}),
         ("trust >= 0.85", {"fusion": {"min_agreement": 0.85}}),
         ("confirm IoU 0.5", {"fusion": {"confirm_iou": 0.5}}),
         ("cloud score >= 0.5", {"fusion": {"min_cloud_score": 0.5}}),
@@ -136,7 +142,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
         ("held-track signal off", {"signals": {"weights": {"held_track": 0.0}}}),
         ("followed frames age the hold", {"fusion": {"followed_aging": 1.0}}),
-        ("followed frames never age the hold", {"fusion": {"followed_aging": 0.0}}),
+        ("followed frames age a quarter", {"fusion": {"followed_aging": 0.25}}),
         ("refine off", {"focus": {"refine_max_px": 0}}),
         ("refine <= 32 px", {"focus": {"refine_max_px": 32}}),
         ("refine <= 64 px", {"focus": {"refine_max_px": 64}}),
@@ -144,7 +150,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("4 focus crops", {"focus": {"max_crops": 4}}),
         ("8 focus crops", {"focus": {"max_crops": 8}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
-        ("focus, any new object", {"focus": {"new_object_min_score": 0.0}}),
+        ("focus, new objects >= 0.3", {"focus": {"new_object_min_score": 0.3}}),
         ("focus objects <= 40 px", {"focus": {"max_object_px": 40}}),
         ("cloud hints off", {"focus": {"cloud_hints": False}}),
         ("cloud hints 2 s", {"focus": {"hint_ms": 2000}}),
@@ -186,7 +192,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
             )
         )
     whole_frames: list[tuple[str, dict[str, Any]]] = [
-        ("box fit off", {"fusion": {"fit_gain": 0.0}}),
+        ("box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
         ("trust off", {"fusion": {"min_agreement": 0.0}}),
     ]
     for label, updates in whole_frames:  # the best budget under 20 % of frames, varied

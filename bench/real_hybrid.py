@@ -257,12 +257,24 @@ def variants() -> list[Variant]:
         ("held-track signal off", {"signals": {"weights": {"held_track": 0.0}}}),
         ("followed frames age the hold", {"fusion": {"followed_aging": 1.0}}),
         ("refine off", {"focus": {"refine_max_px": 0}}),
+        ("box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
+        ("trust at 75 %", {"fusion": {"min_agreement": 0.75}}),
         ("previous defaults", PREVIOUS_DEFAULTS),
     ]
     for label, updates in what:
         out.append(
             Variant(
                 f"hybrid 2 f/s, {label}", "hybrid", _budget(2.0, **updates), cloud_threshold=0.3
+            )
+        )
+    at_4: list[tuple[str, dict[str, Any]]] = [  # where more answers let the cloud's errors in
+        ("cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
+        ("previous defaults", PREVIOUS_DEFAULTS),
+    ]
+    for label, updates in at_4:
+        out.append(
+            Variant(
+                f"hybrid 4 f/s, {label}", "hybrid", _budget(4.0, **updates), cloud_threshold=0.3
             )
         )
     out.append(Variant("oracle 2 f/s", "hybrid", _budget(2.0), oracle=True))
