@@ -241,40 +241,40 @@ def variants() -> list[Variant]:
                 is_default=fps == 2.0,
             )
         )
-    what: list[tuple[str, dict[str, Any]]] = [
-        ("focus off", {"focus": {"enabled": False}}),
-        ("held score kept", {"fusion": {"hold_half_life_ms": None}}),
-        ("cloud hints off", {"focus": {"cloud_hints": False}}),
-        ("relabel off", {"fusion": {"relabel": False}}),
-        ("score lift for life", {"fusion": {"vouch_ms": None}}),
-        ("new tracks off", {"fusion": {"new_track_min_score": 1.0}}),
-        ("flow off", {"fusion": {"follow_flow": False}}),
-        ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
-        ("held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
-        ("held boxes at full score", {"fusion": {"held_score_scale": 1.0}}),
-        ("hold 500 ms, half-life 80 ms", {"fusion": {"hold_ms": 500, "hold_half_life_ms": 80}}),
-        ("refresh 10 s", {"refresh_interval_s": 10.0}),
-        ("held-track signal off", {"signals": {"weights": {"held_track": 0.0}}}),
-        ("followed frames age the hold", {"fusion": {"followed_aging": 1.0}}),
-        ("refine off", {"focus": {"refine_max_px": 0}}),
-        ("box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
-        ("trust at 75 %", {"fusion": {"min_agreement": 0.75}}),
-        ("previous defaults", PREVIOUS_DEFAULTS),
+    what: list[tuple[float, str, dict[str, Any]]] = [
+        (2.0, "focus off", {"focus": {"enabled": False}}),
+        (2.0, "held score kept", {"fusion": {"hold_half_life_ms": None}}),
+        (2.0, "cloud hints off", {"focus": {"cloud_hints": False}}),
+        (2.0, "relabel off", {"fusion": {"relabel": False}}),
+        (2.0, "score lift for life", {"fusion": {"vouch_ms": None}}),
+        (2.0, "new tracks off", {"fusion": {"new_track_min_score": 1.0}}),
+        (2.0, "flow off", {"fusion": {"follow_flow": False}}),
+        (2.0, "duplicates rejected", {"fusion": {"reject_duplicates": True}}),
+        (2.0, "held boxes at any score", {"fusion": {"min_held_score": 0.0}}),
+        (2.0, "held boxes at full score", {"fusion": {"held_score_scale": 1.0}}),
+        (
+            2.0,
+            "hold 500 ms, half-life 80 ms",
+            {"fusion": {"hold_ms": 500, "hold_half_life_ms": 80}},
+        ),
+        (2.0, "refresh 10 s", {"refresh_interval_s": 10.0}),
+        (2.0, "held-track signal off", {"signals": {"weights": {"held_track": 0.0}}}),
+        (2.0, "followed frames age the hold", {"fusion": {"followed_aging": 1.0}}),
+        (2.0, "refine off", {"focus": {"refine_max_px": 0}}),
+        (2.0, "box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
+        (2.0, "trust at 75 %", {"fusion": {"min_agreement": 0.75}}),
+        (2.0, "previous defaults", PREVIOUS_DEFAULTS),
+        # at 4 frames/s, where more answers let the cloud's errors in
+        (4.0, "cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
+        (4.0, "previous defaults", PREVIOUS_DEFAULTS),
     ]
-    for label, updates in what:
+    for fps, label, updates in what:
         out.append(
             Variant(
-                f"hybrid 2 f/s, {label}", "hybrid", _budget(2.0, **updates), cloud_threshold=0.3
-            )
-        )
-    at_4: list[tuple[str, dict[str, Any]]] = [  # where more answers let the cloud's errors in
-        ("cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
-        ("previous defaults", PREVIOUS_DEFAULTS),
-    ]
-    for label, updates in at_4:
-        out.append(
-            Variant(
-                f"hybrid 4 f/s, {label}", "hybrid", _budget(4.0, **updates), cloud_threshold=0.3
+                f"hybrid {fps:g} f/s, {label}",
+                "hybrid",
+                _budget(fps, **updates),
+                cloud_threshold=0.3,
             )
         )
     out.append(Variant("oracle 2 f/s", "hybrid", _budget(2.0), oracle=True))
