@@ -316,9 +316,8 @@ class FusionConfig(StrictModel):
             "instead of 1 kept a truck only the cloud sees reported between answers (events:3 "
             "mAP50 0.713 -> 0.756). 0 once kept the cloud's false boxes at full score at higher "
             "budgets (quiet:3 0.901 at 4 frames/s); since held boxes rank at held_score_scale "
-            "it does not (0.944), and with new_object_min_score 0 and cloud_vote_weight 20 it "
-            "closed 56 % of the gap at 2 frames/s instead of 53 % with 0.25, 77 % instead of "
-            "75 % on eight further scenes."
+            "it does not (0.944), and 0 closed 55 % of the gap at 2 frames/s instead of 54 % "
+            "with 0.25, 77 % instead of 76 % on eight further scenes."
         ),
     )
     vouch_ms: int | None = Field(
@@ -524,7 +523,7 @@ class FocusConfig(StrictModel):
             "A crop's box away from the followed tracks is kept (and may start a track) when it "
             "scores at least this; 1.0 keeps only the boxes of the followed tracks. The "
             "tracker's own thresholds still apply (a weak box only continues a track). "
-            "Measured (bench.hybrid_tradeoff): 0 instead of 0.3 closed 1-2 points more of the "
+            "Measured (bench.hybrid_tradeoff): 0 instead of 0.3 closed 1 point more of the "
             "gap on the ten held-out scenes and on eight further ones (small far objects found "
             "in the crops)."
         ),

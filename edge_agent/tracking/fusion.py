@@ -33,8 +33,11 @@ than that): on a scene of small far objects the edge is sure of too few to ever 
 cloud's boxes are what it has. A cloud model that misses what the edge plainly sees on a camera
 (another viewpoint, light or object mix than it was trained on) cannot be right when it
 disagrees there; the edge then only takes its confirmations. Measured on the generated scenes
-(`bench.hybrid_tradeoff`): the cloud returned a box for 94-98 % of such tracks on four scenes
-and 74 % on the one where its mAP50 is 0.19 below the edge's.
+(`bench.hybrid_tradeoff`): an earlier cloud model returned a box for 94-98 % of such tracks on
+four scenes and 74 % on the one where its mAP50 was 0.19 below the edge's (caught at the then
+default of 0.75); the current one for 61 % and 77 % on the two scenes of small far objects,
+where it is far better than the edge and the edge's sure tracks include its false positives,
+so the default is now 0.5 (`FusionConfig.min_agreement`).
 
 In region mode the cloud only looked inside its regions: tracks and boxes outside them are left
 alone. Answers older than the horizon are dropped (`FusionResult.dropped_late`).
