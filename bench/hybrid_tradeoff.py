@@ -129,6 +129,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("rejection below 0.7", {"fusion": {"reject_below_edge_score": 0.7}}),
         ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
+        ("hidden tracks rejected", {"fusion": {"hidden_coverage": 0.0}}),
         ("new tracks off", {"fusion": {"new_track_min_score": 1.0}}),
         ("cloud sighting off", {"fusion": {"cloud_sighting": False}}),
         ("flow off", {"fusion": {"follow_flow": False}}),

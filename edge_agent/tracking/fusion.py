@@ -15,7 +15,8 @@ against the boxes the tracks had *at that frame* (`Track.history`), then:
   (`Track.cloud_fit`: a systematic error, like a half-hidden person boxed with a neighbour,
   persists from frame to frame);
 - a track the cloud looked at and returned no box for at all (not even a weak one of another
-  class) is *rejected* when the edge never scored it well (`reject_below_edge_score`): it is no
+  class, nor one covering `hidden_coverage` of it: a half-hidden object is boxed with the one
+  in front) is *rejected* when the edge never scored it well (`reject_below_edge_score`): it is no
   longer reported, and its recent alerts are retracted, until the cloud sees it again; a
   tentative one is removed; with `reject_duplicates` so is a weak track the cloud saw only
   through a box that another track, containing it, matched (a second edge box on one object);
@@ -54,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
-from detection.slicing import box_overlap
+from detection.slicing import box_overlap, coverage
 from edge_agent.config.escalation import FusionConfig
 from edge_agent.escalation.roi import iou
 from edge_agent.tracking.kalman import xyxy_to_xyah
@@ -81,6 +82,7 @@ class FusionSettings:
     fit_frames: int = 0  # frames that fit lasts
     vouch_frames: int = 0  # frames a confirmation lifts the score (0: never, -1: for life)
     min_iou: float = 0.3
+    hidden_coverage: float = 0.5  # a cloud box covering this share of a track's saw it (0: off)
     covered_iou: float = 0.5
     box_correction_gain: float = 0.5
     new_track_min_score: float = 0.5
@@ -134,6 +136,7 @@ class FusionSettings:
             fit_frames=round(config.fit_ms / 1000.0 * fps),
             vouch_frames=-1 if config.vouch_ms is None else round(config.vouch_ms / 1000.0 * fps),
             min_iou=config.min_iou,
+            hidden_coverage=config.hidden_coverage,
             box_correction_gain=config.box_correction_gain,
             new_track_min_score=config.new_track_min_score,
             remove_tentative=config.remove_tentative,
@@ -161,7 +164,7 @@ class CloudTrust:
 
     `checked` counts confirmed tracks with a best edge score >= `trust_edge_score` inside what
     the cloud looked at; `seen` those of them the cloud returned any box for (IoU >= `min_iou`,
-    any class and score).
+    any class and score, or covering `hidden_coverage` of the track's box).
     """
 
     checked: int = 0
@@ -281,6 +284,19 @@ def _trusted_rows(cloud: Detections, regions: Sequence[Box], s: FusionSettings) 
     return sorted(chosen)
 
 
+def _seen(
+    boxes: npt.NDArray[np.float64], cloud: Detections, s: FusionSettings
+) -> npt.NDArray[np.bool_]:
+    """Per track box: whether the cloud returned any box there, whatever its class or score
+    (IoU >= `min_iou`), or one covering at least `hidden_coverage` of it (an object half hidden
+    behind another is boxed with it, not on its own)."""
+    seen = _overlapping(boxes, cloud.xyxy, s.min_iou)
+    if s.hidden_coverage > 0.0 and len(boxes) and len(cloud):
+        covered = coverage(boxes.astype(np.float32), cloud.xyxy.astype(np.float32))
+        seen |= covered.max(axis=1) >= s.hidden_coverage
+    return seen
+
+
 def _overlapping(
     boxes: npt.NDArray[np.floating[Any]], others: npt.NDArray[np.floating[Any]], min_iou: float
 ) -> npt.NDArray[np.bool_]:
@@ -316,8 +332,7 @@ def fuse_answer(
         if box is not None and (not regions or _inside(_centre(box), regions)):
             then.append((track, box))
     boxes_then = np.stack([box for _, box in then]) if then else np.zeros((0, 4))
-    # Seen: the cloud returned any box there, whatever its class or score.
-    seen = _overlapping(boxes_then, cloud.xyxy, s.min_iou)
+    seen = _seen(boxes_then, cloud, s)
     trusted = _observe_trust(trust, then, seen, s)
     rows = _trusted_rows(cloud, regions, s)
 

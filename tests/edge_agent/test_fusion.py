@@ -221,6 +221,26 @@ def test_a_confirmed_track_the_cloud_saw_nothing_of_is_rejected_unless_the_edge_
     assert out.tracker_id.tolist() == [-1 if rejected else track.track_id]
 
 
+@pytest.mark.parametrize(("hidden_coverage", "rejected"), [(0.5, False), (0.0, True)])
+def test_a_person_half_hidden_behind_another_is_not_rejected_for_sharing_their_box(
+    hidden_coverage: float, rejected: bool
+) -> None:
+    tracker = DeepSortTracker(n_init=2, confidence_threshold=0.3)
+    front, behind = (100.0, 100.0, 140.0, 200.0), (125.0, 110.0, 150.0, 190.0)  # IoU 0.25
+    for _ in range(3):
+        tracker.update(_dets((*front, 0.9, PERSON), (*behind, 0.4, PERSON)))
+    _, hidden = tracker.tracks
+    settings = FusionSettings(hidden_coverage=hidden_coverage)
+    cloud = _dets((*front, 0.9, PERSON))  # one box: the cloud cannot tell them apart either
+    result = fuse_answer(tracker, tracker.frame_index, cloud, settings=settings)
+    assert result.rejected == ((hidden.track_id,) if rejected else ())  # 60 % of it covered
+
+
+def test_hidden_coverage_comes_from_the_config() -> None:
+    assert FusionSettings.from_config(FusionConfig(), 25.0).hidden_coverage == 0.5
+    assert FusionSettings.from_config(FusionConfig(hidden_coverage=0), 25.0).hidden_coverage == 0
+
+
 def test_a_rejected_track_comes_back_under_its_id_when_the_cloud_sees_it() -> None:
     tracker = _one_track(0.5)
     (track,) = tracker.tracks
