@@ -81,12 +81,9 @@ def _merged(document: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-PREVIOUS_DEFAULTS: dict[str, Any] = {
-    "fusion": {"min_agreement": 0.75, "followed_aging": 0.25},
-    "focus": {"new_object_min_score": 0.3},
-}
-"""The previous release's defaults (one row): trust at 75 % agreement, a followed frame ageing a
-held score by a quarter, focus crops' new objects from 0.3."""
+PREVIOUS_DEFAULTS: dict[str, Any] = {"fusion": {"hidden_coverage": 0.0}}
+"""The previous release's defaults (one row): a track the cloud boxed only together with the
+object in front of it counted as unseen (rejected when the edge never scored it well)."""
 
 
 def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
@@ -129,7 +126,6 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("rejection off", {"fusion": {"reject_below_edge_score": 0.0}}),
         ("rejection below 0.7", {"fusion": {"reject_below_edge_score": 0.7}}),
         ("duplicates rejected", {"fusion": {"reject_duplicates": True}}),
-        ("hidden tracks rejected", {"fusion": {"hidden_coverage": 0.0}}),
         ("new tracks off", {"fusion": {"new_track_min_score": 1.0}}),
         ("cloud sighting off", {"fusion": {"cloud_sighting": False}}),
         ("flow off", {"fusion": {"follow_flow": False}}),
