@@ -97,9 +97,9 @@ class RegionEscalationConfig(StrictModel):
         description=(
             "Send crops when the hard part is small: they save bytes, not accuracy, as they "
             "show the cloud only what the edge already sees. Measured (bench.hybrid_tradeoff, 10 "
-            "held-out scenes): at 2 frames/s crops close 55 % of the edge-to-cloud mAP50 gap "
-            "against 56 % with whole frames only, at half the bytes (42 against 78 KB/s), and "
-            "77 % against 84 % on eight further scenes; at 3 frames/s 57 % against 64 %. Turn "
+            "held-out scenes): at 2 frames/s crops close 56 % of the edge-to-cloud mAP50 gap "
+            "against 57 % with whole frames only, at half the bytes (42 against 78 KB/s), and "
+            "77 % against 84 % on eight further scenes; at 3 frames/s 57 % against 65 %. Turn "
             "crops off where the uplink allows."
         ),
     )
