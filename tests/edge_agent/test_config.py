@@ -331,6 +331,8 @@ def test_cloud_address_refuses_what_grpc_would_not_resolve(target: str) -> None:
          "than or equal to 0 (got -0.5)"),
         ("fusion:\n    fit_ms: 1.5", "escalation.fusion.fit_ms: Input should be a valid "
          "integer, got a number with a fractional part (got 1.5)"),
+        ("fusion:\n    hidden_coverage: 1.2", "escalation.fusion.hidden_coverage: Input should "
+         "be less than or equal to 1 (got 1.2)"),
         ("focus:\n    refine_max_px: -1", "escalation.focus.refine_max_px: Input should be "
          "greater than or equal to 0 (got -1)"),
         ("signals:\n    weights:\n      held_track: many", "escalation.signals.weights."
