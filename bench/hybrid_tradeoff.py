@@ -81,7 +81,7 @@ def _merged(document: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-PREVIOUS_DEFAULTS: dict[str, Any] = {"fusion": {"hidden_coverage": 0.0}}
+PREVIOUS_DEFAULTS: dict[str, Any] = {"regions": {"enabled": True}}
 """The previous release's defaults (one row): a track the cloud boxed only together with the
 object in front of it counted as unseen (rejected when the edge never scored it well)."""
 
@@ -109,11 +109,10 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("score >= 0.5", {"signals": {"score_threshold": 0.5}}),
         ("score >= 2", {"signals": {"score_threshold": 2.0}}),
         ("score >= 3", {"signals": {"score_threshold": 3.0}}),
-        ("regions off", {"regions": {"enabled": False}}),
-        ("refresh off", {"refresh_interval_s": 0.0}),
-        ("refresh 2 s", {"refresh_interval_s": 2.0}),
-        ("refresh 10 s", {"refresh_interval_s": 10.0}),
-        ("crops >= 256 px", {"regions": {"min_size_px": 256}}),
+        ("crops, refresh off", {"regions": {"enabled": True}, "refresh_interval_s": 0.0}),
+        ("crops, refresh 2 s", {"regions": {"enabled": True}, "refresh_interval_s": 2.0}),
+        ("crops, refresh 10 s", {"regions": {"enabled": True}, "refresh_interval_s": 10.0}),
+        ("crops >= 256 px", {"regions": {"enabled": True, "min_size_px": 256}}),
         ("hold off", {"fusion": {"hold_ms": 0}}),
         ("hold 500 ms, half-life 80 ms", {"fusion": {"hold_ms": 500, "hold_half_life_ms": 80}}),
         ("held score kept", {"fusion": {"hold_half_life_ms": None}}),
@@ -152,10 +151,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("cloud hints off", {"focus": {"cloud_hints": False}}),
         ("cloud hints 2 s", {"focus": {"hint_ms": 2000}}),
         ("cloud hints >= 0.5", {"focus": {"hint_min_score": 0.5}}),
-        (
-            "regions off, cloud hints off",
-            {"regions": {"enabled": False}, "focus": {"cloud_hints": False}},
-        ),
+        ("crops, cloud hints off", {"regions": {"enabled": True}, "focus": {"cloud_hints": False}}),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
         ("previous defaults", PREVIOUS_DEFAULTS),
     ]
@@ -178,30 +174,30 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
             **common,
         )
     )
-    # Whole frames only: above the default budget, and the best budget under 20 % of frames
-    # varied.
-    whole_frames: list[tuple[float, str, dict[str, Any]]] = [
-        (3.0, "", {}),
-        (4.0, "", {}),
-        (8.0, "", {}),
+    # Crops (the previous release's default) at the other budgets, and the 3 frames/s budget
+    # (under 20 % of frames) varied.
+    above_default: list[tuple[float, str, dict[str, Any]]] = [
+        (1.0, ", crops", {"regions": {"enabled": True}}),
+        (3.0, ", crops", {"regions": {"enabled": True}}),
+        (4.0, ", crops", {"regions": {"enabled": True}}),
+        (8.0, ", crops", {"regions": {"enabled": True}}),
         (3.0, ", box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
-        (3.0, ", trust off", {"fusion": {"min_agreement": 0.0}}),
     ]
-    for fps, label, updates in whole_frames:
+    for fps, label, updates in above_default:
         out.append(
             Variant(
-                f"hybrid {fps:g} f/s, regions off{label}",
+                f"hybrid {fps:g} f/s{label}",
                 "hybrid",
-                _budget(fps, regions={"enabled": False}, **updates),
+                _budget(fps, **updates),
                 group="policy",
                 **common,
             )
         )
     out.append(
         Variant(
-            "oracle 4 f/s, regions off",
+            "oracle 4 f/s, crops",
             "hybrid",
-            _budget(4.0, regions={"enabled": False}),
+            _budget(4.0, regions={"enabled": True}),
             oracle=True,
             group="policy",
             **common,
@@ -221,7 +217,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
                 f"oracle {fps:g} f/s", "hybrid", _budget(fps), oracle=True, group=ORACLE, **common
             )
         )
-    # What-ifs (see `Variant`): crops detected at their own scale.
+    # What-ifs (see `Variant`): crops detected at their own scale (crops on).
     what_if: list[tuple[str, float, dict[str, Any]]] = [
         ("native-scale crops", default_fps, {"native_crops": True}),
         ("native-scale crops", 4.0, {"native_crops": True}),
@@ -231,7 +227,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
             Variant(
                 f"hybrid {fps:g} f/s, {label} (what-if)",
                 "hybrid",
-                _budget(fps),
+                _budget(fps, regions={"enabled": True}),
                 group="what-if",
                 **flags,
                 **common,

@@ -93,14 +93,27 @@ class RegionEscalationConfig(StrictModel):
     """Region escalation: send padded crops of the hard boxes instead of the whole frame."""
 
     enabled: bool = Field(
+        default=False,
+        description=(
+            "Send crops instead of the whole frame when the hard part is small: they save "
+            "bytes, not accuracy, as they show the cloud only what the edge already sees, and "
+            "whole frames are how the cloud finds what the edge misses altogether. Off by "
+            "default since whole frames stay within a tenth of cloud-only's bytes at the "
+            "default budget. Measured (bench.hybrid_tradeoff, 2 frames/s): whole frames "
+            "closed 57 % of the edge-to-cloud mAP50 gap against 56 % with crops on the 10 "
+            "scenes the settings were tuned on, 84 % against 77 % and 64 % against 55 % on "
+            "two sets of eight scenes nothing was tuned on, at 78 against 42 KB/s (9.1 % "
+            "against 4.9 % of cloud-only's bytes); at equal bytes crops at 2 frames/s beat "
+            "whole frames at 1 (56 % against 51 %). Turn crops on where the uplink is tight."
+        ),
+    )
+    crops_when_bytes_short: bool = Field(
         default=True,
         description=(
-            "Send crops when the hard part is small: they save bytes, not accuracy, as they "
-            "show the cloud only what the edge already sees. Measured (bench.hybrid_tradeoff, 10 "
-            "held-out scenes): at 2 frames/s crops close 56 % of the edge-to-cloud mAP50 gap "
-            "against 57 % with whole frames only, at half the bytes (42 against 78 KB/s), and "
-            "77 % against 84 % on eight further scenes; at 3 frames/s 57 % against 65 %. Turn "
-            "crops off where the uplink allows."
+            "With crops off (whole frames preferred), a hard frame whose whole JPEG the byte "
+            "budget (per_camera_bytes_per_s, per_agent_bytes_per_s) cannot pay for is sent as "
+            "crops of its hard boxes when they are few and small enough, instead of not at all: "
+            "a 1080p camera at 2 frames/s can outrun 500 KB/s."
         ),
     )
     max_area_fraction: float = Field(

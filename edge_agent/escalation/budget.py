@@ -169,6 +169,15 @@ class EscalationBudget:
         self._granted += 1
         return True
 
+    def affords(self, camera: str, n_bytes: int, now: float) -> bool:
+        """Whether `camera`'s and the agent's byte buckets hold `n_bytes` now (nothing is
+        spent or counted): lets the policy send crops where the whole frame is too dear."""
+        scale = self._backoff.multiplier(now)
+        own = self._camera(camera, now)
+        own.bytes.refill(now, scale)
+        self._agent.bytes.refill(now, scale)
+        return own.bytes.allows(n_bytes) and self._agent.bytes.allows(n_bytes)
+
     def refuses_frame(self, camera: str, now: float) -> bool:
         """Whether a frame of `camera` is refused now for want of frame tokens, before its size
         is known (counted as a refusal when so): spares working out what would be sent."""

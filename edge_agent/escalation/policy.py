@@ -276,9 +276,12 @@ class EscalationPolicy:
             return EscalationDecision(
                 send=False, score=score, reasons=reasons, refused_by_budget=True
             )
-        mode, regions = self._mode(signals, reasons)
+        mode, regions = self._mode(signals, reasons, crops=self._config.regions.enabled)
         if estimated_bytes is None:
             estimated_bytes = self._estimate_bytes(state, signals, mode, regions)
+            if mode == "frame" and self._bytes_short(camera, estimated_bytes, now):
+                mode, regions = self._mode(signals, reasons, crops=True)
+                estimated_bytes = self._estimate_bytes(state, signals, mode, regions)
         granted = self.budget.try_acquire(camera, estimated_bytes, now)
         if granted and mode == "frame":
             state.last_sent = now
@@ -294,12 +297,23 @@ class EscalationPolicy:
             refused_by_budget=not granted,
         )
 
-    def _mode(
-        self, signals: FrameSignals, reasons: tuple[str, ...]
-    ) -> tuple[Mode, tuple[Box, ...]]:
-        """Region mode when only box signals fired and their padded crops are few and small."""
+    def _bytes_short(self, camera: str, frame_bytes: int, now: float) -> bool:
+        """Whole frames are preferred (crops off) but the byte budget cannot pay for this one:
+        crops may (`regions.crops_when_bytes_short`)."""
         config = self._config.regions
-        if not config.enabled or any(r in FRAME_SIGNALS for r in reasons):
+        return (
+            not config.enabled
+            and config.crops_when_bytes_short
+            and not self.budget.affords(camera, frame_bytes, now)
+        )
+
+    def _mode(
+        self, signals: FrameSignals, reasons: tuple[str, ...], *, crops: bool
+    ) -> tuple[Mode, tuple[Box, ...]]:
+        """Region mode (where `crops`) when only box signals fired and their padded crops are
+        few and small."""
+        config = self._config.regions
+        if not crops or any(r in FRAME_SIGNALS for r in reasons):
             return "frame", ()
         boxes = [box for name in reasons for box in self._signal_boxes(signals, name)]
         if not boxes:

@@ -34,6 +34,7 @@ class FakeTrack:
 
 def _config(**fields: object) -> EscalationConfig:
     base: dict[str, object] = {
+        "regions": {"enabled": True},  # crops are off by default; most tests here are of them
         "refresh_interval_s": 0.0,
         "per_camera_frames_per_s": 100.0,
         "per_agent_frames_per_s": 100.0,
@@ -236,6 +237,13 @@ def test_region_mode_can_be_turned_off() -> None:
     assert decision.send and decision.mode == "frame"
 
 
+def test_whole_frames_are_sent_by_default() -> None:
+    decision = _policy(_config(regions={})).decide(
+        FrameSignals(W, H, uncertain=(SMALL,)), "cam", 0.0
+    )
+    assert decision.send and decision.mode == "frame" and decision.regions == ()
+
+
 def test_regions_cover_the_hard_boxes_with_padding() -> None:
     decision = _policy().decide(FrameSignals(W, H, uncertain=(BIG,)), "cam", 0.0)
     (region,) = decision.regions
@@ -375,3 +383,42 @@ def test_a_decision_with_mode_and_regions_that_disagree_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="region mode needs regions"):
         EscalationDecision(send=True, score=1.0, mode=mode, regions=regions)  # type: ignore[arg-type]
+
+
+def _bytes_short_policy(**regions: object) -> EscalationPolicy:
+    """Whole frames preferred, a byte budget that pays for one whole frame (its 2 s burst)."""
+    frame_bytes = round(W * H * 0.15)  # the first estimate of a whole frame
+    return _policy(
+        _config(
+            regions={"enabled": False, **regions},
+            per_camera_bytes_per_s=frame_bytes // 2,
+            per_agent_bytes_per_s=10**9,
+        )
+    )
+
+
+def test_crops_are_sent_where_the_byte_budget_cannot_pay_for_the_whole_frame() -> None:
+    policy = _bytes_short_policy()
+    hard = FrameSignals(W, H, uncertain=(SMALL,))
+    first = policy.decide(hard, "a", 0.0)
+    assert first.send and first.mode == "frame"
+    second = policy.decide(hard, "a", 0.1)  # the bucket is spent: the frame is too dear
+    assert second.send and second.mode == "regions" and len(second.regions) == 1
+    assert second.estimated_bytes < first.estimated_bytes // 10
+
+
+def test_without_the_fallback_a_frame_too_dear_is_refused() -> None:
+    policy = _bytes_short_policy(crops_when_bytes_short=False)
+    hard = FrameSignals(W, H, uncertain=(SMALL,))
+    assert policy.decide(hard, "a", 0.0).send
+    refused = policy.decide(hard, "a", 0.1)
+    assert not refused.send and refused.refused_by_budget and refused.mode == "frame"
+
+
+def test_a_frame_signal_cannot_fall_back_to_crops() -> None:
+    policy = _bytes_short_policy()
+    moving = FrameSignals(W, H, motion_score=0.5)  # motion without detections: nothing to crop
+    assert policy.decide(moving, "a", 0.0).send
+    refused = policy.decide(moving, "a", 0.1)
+    assert not refused.send and refused.refused_by_budget
+    assert policy.budget.stats(0.1).refused_camera == 1  # the fallback's check counts nothing
