@@ -285,12 +285,13 @@ class FusionConfig(StrictModel):
             "differently from the edge at the answer's frame (the edge's box of a half-hidden "
             "person in a crowd covers a neighbour too), the edge's next boxes of it are moved "
             "and resized by this share of that offset, relative to their size. Needs a trusted "
-            "cloud. Measured (bench.hybrid_tradeoff): on the 10 held-out scenes it was tuned "
-            "on, 0.5 closed 59 % of the edge-to-cloud mAP50 gap at 2 frames/s instead of 55 %, "
-            "and with ground-truth answers 108 % instead of 90 % (4 frames/s, whole frames); on "
-            "eight further scenes it closed 73 % instead of 77 % (the quiet scenes, where the "
-            "edge's boxes were already right, took the cloud model's box style): off until it "
-            "can tell the two apart. 1.0 follows the cloud's noise (39 % at 2 frames/s)."
+            "cloud. Measured (bench.hybrid_tradeoff, 2 frames/s, whole frames): on the 10 "
+            "held-out scenes it was tuned on, 0.5 closed 65 % of the edge-to-cloud mAP50 gap "
+            "instead of 57 %, and with ground-truth answers 108 % instead of 90 % (4 frames/s, "
+            "an earlier release); on two further sets of eight scenes 80 % instead of 84 % "
+            "(quiet scenes, where the edge's boxes were already right, took the cloud model's "
+            "box style) and 64 % as without: off until it can tell the two apart. 1.0 follows "
+            "the cloud's noise (55 %)."
         ),
     )
     fit_ms: int = Field(
