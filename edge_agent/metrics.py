@@ -28,6 +28,9 @@ Names (all prefixed `edge_agent_`):
   `cloud_connected` is 0 by design, not because the cloud is unreachable.
 - `escalations_total{camera, outcome}` (counter): frames escalated to the cloud, by outcome
   (`sent`, `answered`, `failed`, `dropped_budget`, `late`).
+- `escalation_bytes_total{camera, mode}` (counter): JPEG bytes sent to the cloud, as whole
+  frames (`frame`) or crops (`regions`): the uplink, and how often a short byte budget sent
+  crops instead of whole frames.
 - `escalation_round_trip_seconds` (histogram): escalation request to answer.
 - `fusion_changes_total{camera, change}` (counter): what fused cloud answers did to the tracks
   (`reclassified`, `removed`, `rejected`, `created`) and answers dropped as too `late`.
@@ -50,6 +53,7 @@ from configkit.metrics import BATCH_BUCKETS, TIME_BUCKETS_S, MetricsExporter, se
 
 __all__ = [
     "CAMERA_STATES",
+    "ESCALATION_MODES",
     "ESCALATION_OUTCOMES",
     "FUSION_CHANGES",
     "EdgeMetrics",
@@ -64,6 +68,9 @@ CAMERA_STATES: Final = ("connecting", "streaming", "stalled", "reconnecting", "s
 
 ESCALATION_OUTCOMES: Final = ("sent", "answered", "failed", "dropped_budget", "late")
 """Values of the `outcome` label of `escalations_total`."""
+
+ESCALATION_MODES: Final = ("frame", "regions")
+"""Values of the `mode` label of `escalation_bytes_total`."""
 
 FUSION_CHANGES: Final = ("reclassified", "removed", "rejected", "created", "late")
 """Values of the `change` label of `fusion_changes_total`."""
@@ -247,6 +254,12 @@ class EdgeMetrics:
             ["camera", "outcome"],
             registry=reg,
         )
+        self.escalation_bytes = Counter(
+            f"{_PREFIX}escalation_bytes",
+            "JPEG bytes sent to the cloud, by mode (whole frame or crops).",
+            ["camera", "mode"],
+            registry=reg,
+        )
         self.escalation_round_trip = Histogram(
             f"{_PREFIX}escalation_round_trip_seconds",
             "Escalation request to answer.",
@@ -335,6 +348,14 @@ class EdgeMetrics:
                 f"unknown escalation outcome {outcome!r}; expected one of {ESCALATION_OUTCOMES}"
             )
         self.escalations.labels(camera=camera, outcome=outcome).inc()
+
+    def observe_escalation_bytes(self, camera: str, mode: str, n_bytes: int) -> None:
+        """Count the JPEG bytes of one sent escalation (`mode` one of `ESCALATION_MODES`)."""
+        if mode not in ESCALATION_MODES:
+            raise ValueError(
+                f"unknown escalation mode {mode!r}; expected one of {ESCALATION_MODES}"
+            )
+        self.escalation_bytes.labels(camera=camera, mode=mode).inc(n_bytes)
 
 
 def start_edge_metrics_exporter(

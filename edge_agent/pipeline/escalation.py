@@ -197,6 +197,8 @@ class EscalationStage:
                 self.counters.dropped_busy += 1
             self.decider.record_encoded(job.camera, job.decision, n_bytes, payload_pixels(request))
         self._observe(job.camera, "sent" if sent else "failed")
+        if sent and self.metrics is not None:
+            self.metrics.observe_escalation_bytes(job.camera, job.decision.mode, n_bytes)
 
     def _observe(self, camera: str, outcome: str) -> None:
         if self.metrics is not None:

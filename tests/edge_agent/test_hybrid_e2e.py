@@ -101,6 +101,10 @@ def test_hybrid_loop_survives_the_cloud_going_away(
         cloud.start()  # same port: the client reconnects on its own
         time.sleep(SCENE_S - 9.0 + 6.0)  # a whole loop after the restart, with margin
         answered_after = _metric(metrics_port, "edge_agent_escalations_total", outcome="answered")
+        bytes_by_mode = {
+            mode: _metric(metrics_port, "edge_agent_escalation_bytes_total", mode=mode)
+            for mode in ("frame", "regions")
+        }
     finally:
         code = agent.stop()
         recorder.close()
@@ -111,6 +115,8 @@ def test_hybrid_loop_survives_the_cloud_going_away(
     assert answered_before > 0, log  # escalated frames were answered ...
     assert answered_after > answered_before, log  # ... and again once the cloud was back
     assert frames_while_down >= 0.8 * 25 * 5.0, log  # the edge kept its frame rate alone
+    # whole frames by default; the byte budget (500 KB/s) pays for 2 a second: no crops
+    assert bytes_by_mode["frame"] > 0 and bytes_by_mode["regions"] == 0, bytes_by_mode
     states = _cloud_states(recorder.messages)
     assert states[:1] in (["connected"], ["unreachable"]) and "unreachable" in states[1:], states
     assert states[-1] == "connected" or states[-2:] == ["connected", "unreachable"], states

@@ -42,6 +42,7 @@ FAMILIES = {
     "edge_agent_outbox_dropped": "counter",
     "edge_agent_mqtt_connected": "gauge",
     "edge_agent_escalations": "counter",
+    "edge_agent_escalation_bytes": "counter",
     "edge_agent_escalation_round_trip_seconds": "histogram",
     "edge_agent_cloud_connected": "gauge",
     "edge_agent_escalation_enabled": "gauge",
@@ -87,6 +88,9 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     metrics.outbox_depth.set(4)
     metrics.mqtt_connected.set(1)
     metrics.observe_escalation("cam-1", "answered")
+    metrics.observe_escalation_bytes("cam-1", "frame", 40_000)
+    metrics.observe_escalation_bytes("cam-1", "regions", 3_000)
+    metrics.observe_escalation_bytes("cam-1", "regions", 2_000)
     metrics.set_fusion_total("cam-1", "rejected", 2)
     metrics.set_fusion_total("cam-1", "rejected", 5)
     metrics.cloud_agreement.labels(camera="cam-1").set(0.9)
@@ -118,6 +122,10 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     assert values[("edge_agent_mqtt_connected", ())] == 1
     outcome = (("camera", "cam-1"), ("outcome", "answered"))
     assert values[("edge_agent_escalations_total", outcome)] == 1
+    frames = (("camera", "cam-1"), ("mode", "frame"))
+    crops = (("camera", "cam-1"), ("mode", "regions"))
+    assert values[("edge_agent_escalation_bytes_total", frames)] == 40_000
+    assert values[("edge_agent_escalation_bytes_total", crops)] == 5_000
     change = (("camera", "cam-1"), ("change", "rejected"))
     assert values[("edge_agent_fusion_changes_total", change)] == 5
     assert values[("edge_agent_cloud_agreement", (("camera", "cam-1"),))] == 0.9
@@ -231,3 +239,8 @@ def test_the_agent_exports_each_cameras_target_fps_and_whether_it_escalates(
     camera = {"camera": document["cameras"][0]["name"]}
     assert registry.get_sample_value("edge_agent_camera_target_fps", camera) == 7.5
     assert registry.get_sample_value("edge_agent_escalation_enabled") == (1 if escalation else 0)
+
+
+def test_an_unknown_escalation_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown escalation mode 'crop'"):
+        EdgeMetrics().observe_escalation_bytes("cam-1", "crop", 10)
