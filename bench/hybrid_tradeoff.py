@@ -82,8 +82,8 @@ def _merged(document: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]
 
 
 PREVIOUS_DEFAULTS: dict[str, Any] = {"regions": {"enabled": True}}
-"""The previous release's defaults (one row): a track the cloud boxed only together with the
-object in front of it counted as unseen (rejected when the edge never scored it well)."""
+"""The previous release's defaults (one row): crops of the hard boxes where they are few and
+small (`regions.enabled`) instead of whole frames."""
 
 
 def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:

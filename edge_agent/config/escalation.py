@@ -452,10 +452,10 @@ class FusionConfig(StrictModel):
             "rejected, and agreeing for trust) when a cloud box covers at least this share of "
             "its box: a person half hidden behind another is boxed with them, so no box of "
             "its own is no evidence it is not there. 0 turns it off. Measured "
-            "(bench.hybrid_tradeoff, 2 frames/s): 0.5 instead of off closed 56.1 % of the "
-            "edge-to-cloud mAP50 gap instead of 54.8 % on the ten held-out scenes and 77.3 % "
-            "instead of 76.8 % on eight further ones (small_far:3 +1.9, small_far:8 +0.6 "
-            "mAP50 points); 0.7 did the same."
+            "(bench.hybrid_tradeoff, 2 frames/s, with crops): 0.5 instead of off closed 56.1 % of"
+            " the edge-to-cloud mAP50 gap instead of 54.8 % on the ten held-out scenes and 77.3 %"
+            " instead of 76.8 % on eight further ones (small_far:3 +1.9, small_far:8 +0.6 mAP50 "
+            "points); 0.7 did the same."
         ),
     )
     min_agreement: float = Field(

@@ -333,6 +333,9 @@ def test_cloud_address_refuses_what_grpc_would_not_resolve(target: str) -> None:
          "integer, got a number with a fractional part (got 1.5)"),
         ("fusion:\n    hidden_coverage: 1.2", "escalation.fusion.hidden_coverage: Input should "
          "be less than or equal to 1 (got 1.2)"),
+        ("regions:\n    crops_when_bytes_short: sometimes", "escalation.regions."
+         "crops_when_bytes_short: Input should be a valid boolean, unable to interpret input "
+         "(got 'sometimes')"),
         ("focus:\n    refine_max_px: -1", "escalation.focus.refine_max_px: Input should be "
          "greater than or equal to 0 (got -1)"),
         ("signals:\n    weights:\n      held_track: many", "escalation.signals.weights."
