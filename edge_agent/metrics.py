@@ -70,7 +70,7 @@ ESCALATION_OUTCOMES: Final = ("sent", "answered", "failed", "dropped_budget", "l
 """Values of the `outcome` label of `escalations_total`."""
 
 ESCALATION_MODES: Final = ("frame", "regions")
-"""Values of the `mode` label of `escalation_bytes_total`."""
+"""Values of the `mode` label of `escalation_bytes_total` (those of `escalation.policy.Mode`)."""
 
 FUSION_CHANGES: Final = ("reclassified", "removed", "rejected", "created", "late")
 """Values of the `change` label of `fusion_changes_total`."""

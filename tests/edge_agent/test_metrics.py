@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
@@ -12,8 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from configkit.common import MetricsConfig
 from edge_agent.config import EdgeAgentConfig
+from edge_agent.escalation.policy import Mode
 from edge_agent.metrics import (
     CAMERA_STATES,
+    ESCALATION_MODES,
     EdgeMetrics,
     MetricsExporter,
     start_edge_metrics_exporter,
@@ -244,3 +247,7 @@ def test_the_agent_exports_each_cameras_target_fps_and_whether_it_escalates(
 def test_an_unknown_escalation_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown escalation mode 'crop'"):
         EdgeMetrics().observe_escalation_bytes("cam-1", "crop", 10)
+
+
+def test_escalation_modes_are_the_policys() -> None:
+    assert get_args(Mode) == ESCALATION_MODES
