@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import cast
 
 from cloud_service.batching import DynamicBatcher
-from cloud_service.config import BatchingConfig, CloudServiceConfig
+from cloud_service.config import BatchingConfig, CloudServiceConfig, DecoderConfig
 from cloud_service.decoders.base import Decoder
 from cloud_service.decoders.factory import create_decoder
+from cloud_service.decoders.video import VideoLimits, VideoSessions
 from cloud_service.engines import Engine, create_engine
 from cloud_service.jpeg import BgrImage
 from cloud_service.metrics import MetricsExporter, ServiceMetrics, start_metrics_exporter
@@ -239,14 +240,16 @@ def build_service(config: CloudServiceConfig) -> CloudService:
         )
     engine = cast(SerializedDetector, stable.detector).engine
     decoder = create_decoder(config.decoder)
-    processor = DetectorFrameProcessor(models, decoder=decoder)
     metrics = ServiceMetrics(max_stream_labels=config.metrics.max_stream_labels)
+    videos = video_sessions(config.decoder, metrics)
+    processor = DetectorFrameProcessor(models, decoder=decoder, videos=videos)
     batcher = DynamicBatcher(processor, batching_for(engine, config.batching), metrics=metrics)
     servicer = InferenceServicer(
         batcher,
         max_stream_inflight_frames=config.batching.max_stream_inflight_frames,
         max_streams=config.server.max_frame_streams,
         metrics=metrics,
+        uplink_codecs=videos.codecs if videos is not None else (),
     )
     try:
         server, port = create_server(config.server, servicer)
@@ -265,6 +268,20 @@ def build_service(config: CloudServiceConfig) -> CloudService:
         models=models,
         config=config,
     )
+
+
+def video_sessions(config: DecoderConfig, metrics: ServiceMetrics) -> VideoSessions | None:
+    """The video uplink decoders of `config.video`; None when no codec is enabled."""
+    video = config.video
+    if not video.codecs:
+        return None
+    limits = VideoLimits(
+        max_packet_bytes=video.max_packet_bytes,
+        max_image_pixels=config.max_image_pixels,
+        max_sessions=video.max_sessions,
+        session_idle_s=video.session_idle_s,
+    )
+    return VideoSessions(limits, codecs=video.codecs, on_event=metrics.observe_video_packet)
 
 
 def _start_exporter(metrics: ServiceMetrics, config: CloudServiceConfig) -> MetricsExporter:

@@ -207,6 +207,44 @@ class BatchingConfig(StrictModel):
         return self
 
 
+VideoCodec = Literal["h264", "hevc"]
+_VIDEO_CODECS: tuple[VideoCodec, ...] = ("h264", "hevc")
+
+
+class VideoUplinkConfig(StrictModel):
+    """Decoding the edges' video uplink (`FrameRequest.video`): a decoder per camera session."""
+
+    codecs: list[VideoCodec] = Field(
+        default_factory=lambda: list(_VIDEO_CODECS),
+        max_length=2,
+        description=(
+            "Codecs announced to edge agents at the start of each stream and decoded; empty: "
+            "this replica takes JPEG only (agents then send JPEG)."
+        ),
+    )
+    max_sessions: int = Field(
+        default=1_024,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Decoders kept (one per camera of each connected agent); past it the least recently "
+            "used is dropped and its camera's next frame is answered `keyframe_required`."
+        ),
+    )
+    session_idle_s: float = Field(
+        default=300.0,
+        gt=0.0,
+        le=86_400.0,
+        description="A decoder unused this long is dropped.",
+    )
+    max_packet_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1_024,
+        le=256 * 1024 * 1024,
+        description="Largest video packet accepted.",
+    )
+
+
 class DecoderConfig(StrictModel):
     """JPEG decoding of incoming frames: batched NVJPEG on the GPU or a CPU codec."""
 
@@ -243,6 +281,10 @@ class DecoderConfig(StrictModel):
         ge=1_024,
         le=256 * 1024 * 1024,
         description="Largest JPEG accepted.",
+    )
+    video: VideoUplinkConfig = Field(
+        default_factory=VideoUplinkConfig,
+        description="The video uplink: whole frames as packets of a per-camera H.264/HEVC stream.",
     )
 
 

@@ -1,7 +1,9 @@
 """Turn `FrameRequest`s into the images to detect on, with the mapping back to source pixels.
 
 The JPEGs of a whole batch of requests (whole frames and regions) go to the decoder in one call,
-so a thread pool or NVJPEG decodes them together; a bad payload rejects only its own frame.
+so a thread pool or NVJPEG decodes them together; a bad payload rejects only its own frame. A
+whole frame sent as a video packet (`video`) is decoded first, in batch order, by its uplink
+session's decoder (`VideoSessions`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import grpc
 
 from cloud_service.convert import map_to_source
 from cloud_service.decoders import BgrImage, DecodeError, Decoder
+from cloud_service.decoders.video import VideoRejected, VideoSessions
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
 
@@ -22,10 +25,13 @@ from protos.analytics.v1 import analytics_pb2 as pb
 class FrameRejected(Exception):
     """The frame cannot be processed; `code` and `message` go into its `FrameResult.status`."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, message: str, *, keyframe_required: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.keyframe_required = keyframe_required
 
 
 @dataclass(frozen=True)
@@ -88,9 +94,19 @@ def _check_region(index: int, region: pb.Region) -> None:
 
 
 def frame_payloads(request: pb.FrameRequest) -> list[tuple[str, bytes]]:
-    """(field name, JPEG) of the whole frame and each region; `FrameRejected` if malformed."""
-    if not request.jpeg and not request.regions:
-        raise FrameRejected(grpc.StatusCode.INVALID_ARGUMENT, "neither jpeg nor regions is set")
+    """(field name, JPEG) of the whole frame and each region; `FrameRejected` if malformed.
+
+    A `video` whole frame is not among them (it is decoded by its session, see `prepare_frames`).
+    """
+    video = request.HasField("video")
+    if not request.jpeg and not request.regions and not video:
+        raise FrameRejected(
+            grpc.StatusCode.INVALID_ARGUMENT, "none of jpeg, video and regions is set"
+        )
+    if video and request.jpeg:
+        raise FrameRejected(
+            grpc.StatusCode.INVALID_ARGUMENT, "jpeg and video are both set: send one whole frame"
+        )
     payloads = [("jpeg", request.jpeg)] if request.jpeg else []
     for index, region in enumerate(request.regions):
         _check_region(index, region)
@@ -106,7 +122,7 @@ def assemble_frame(
     source_width = float(request.original_width) or math.inf
     source_height = float(request.original_height) or math.inf
     crops = iter(images)
-    if request.jpeg:
+    if request.jpeg or request.HasField("video"):
         height, width = images[0].shape[:2]
         next(crops)
         if not request.original_width or not request.original_height:
@@ -132,26 +148,54 @@ def assemble_frame(
     )
 
 
+def decode_video(
+    request: pb.FrameRequest, videos: VideoSessions | None
+) -> BgrImage | FrameRejected:
+    """The whole frame of a `video` request from its session's decoder, or its rejection."""
+    if videos is None:
+        return FrameRejected(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "this server does not decode the video uplink; send jpeg",
+            keyframe_required=True,
+        )
+    try:
+        return videos.decode(request.agent_id, request.camera_id, request.video)
+    except VideoRejected as exc:
+        return FrameRejected(exc.code, exc.message, keyframe_required=exc.keyframe_required)
+
+
 def prepare_frames(
-    requests: Sequence[pb.FrameRequest], decoder: Decoder
+    requests: Sequence[pb.FrameRequest],
+    decoder: Decoder,
+    videos: VideoSessions | None = None,
 ) -> list[PreparedFrame | FrameRejected]:
-    """Decode every JPEG of `requests` in one decoder call; a frame or its rejection each.
+    """Decode every JPEG of `requests` in one decoder call, and every video packet by its
+    session in order; a frame or its rejection each.
 
     `decode_time_ms` of each frame is the wall time of the whole batch decode (the images are
     decoded together, so a share per frame has no meaning).
     """
     outcomes: list[PreparedFrame | FrameRejected | list[tuple[str, bytes]]] = []
-    for request in requests:
+    started = time.perf_counter()
+    pictures: dict[int, BgrImage] = {}
+    for index, request in enumerate(requests):
         try:
-            outcomes.append(frame_payloads(request))
+            payloads = frame_payloads(request)
         except FrameRejected as exc:
             outcomes.append(exc)
+            continue
+        if request.HasField("video"):
+            picture = decode_video(request, videos)
+            if isinstance(picture, FrameRejected):
+                outcomes.append(picture)
+                continue
+            pictures[index] = picture
+        outcomes.append(payloads)
     flat = [data for o in outcomes if isinstance(o, list) for _, data in o]
-    started = time.perf_counter()
     decoded = iter(decoder.decode_batch(flat) if flat else [])
     decode_time_ms = (time.perf_counter() - started) * 1000.0
     prepared: list[PreparedFrame | FrameRejected] = []
-    for request, outcome in zip(requests, outcomes, strict=True):
+    for index, (request, outcome) in enumerate(zip(requests, outcomes, strict=True)):
         if not isinstance(outcome, list):
             prepared.append(outcome)
             continue
@@ -163,5 +207,7 @@ def prepare_frames(
             prepared.append(FrameRejected(code, f"{name}: {error}"))
             continue
         images = [r for _, r in results if not isinstance(r, DecodeError)]
+        if index in pictures:
+            images.insert(0, pictures[index])
         prepared.append(assemble_frame(request, images, decode_time_ms))
     return prepared

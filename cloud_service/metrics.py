@@ -16,6 +16,8 @@ Names (all prefixed `cloud_service_`):
 - `frame_streams` / `frame_streams_limit` (gauges): frame streams open, and the most this replica
   serves at once (`server.worker_threads - server.reserved_threads`; 0 when unlimited);
   `frame_streams_refused_total` (counter): streams refused RESOURCE_EXHAUSTED at that limit.
+- `video_packets_total{outcome}` (counter): video uplink packets `decoded`, `reference_lost`
+  (answered `keyframe_required`), `corrupt`, `invalid`; `evicted` counts decoders dropped.
 - `frames_total{agent_id, camera_id, code}` (counter): every answer per stream key and status code;
   `rate()` of it gives the per-stream frame rates. The label values are client-chosen, so they
   are bounded: identities that fail `cloud_service.identity` count as `invalid`, and past
@@ -36,6 +38,7 @@ __all__ = ["MetricsExporter", "ServiceMetrics", "start_metrics_exporter"]
 _PREFIX = "cloud_service_"
 INVALID_LABEL = "invalid"  # an agent or camera id `cloud_service.identity` refuses
 OTHER_LABEL = "other"  # a stream key past `max_stream_labels`
+VIDEO_OUTCOMES = ("decoded", "reference_lost", "corrupt", "invalid", "evicted")
 
 
 class ServiceMetrics:
@@ -111,6 +114,13 @@ class ServiceMetrics:
             ["model", "version"],
             registry=reg,
         )
+        self.video_packets = Counter(
+            f"{_PREFIX}video_packets",
+            "Video uplink packets by outcome: decoded, reference_lost (keyframe asked for), "
+            "corrupt, invalid, evicted (a camera's decoder dropped).",
+            ["outcome"],
+            registry=reg,
+        )
 
     def observe_answer(
         self, agent_id: str, camera_id: str, code: str, model: tuple[str, str] | None = None
@@ -134,6 +144,12 @@ class ServiceMetrics:
                 self._stream_labels.add(key)
                 return key
         return OTHER_LABEL, OTHER_LABEL
+
+    def observe_video_packet(self, outcome: str) -> None:
+        """Count one video uplink event (`cloud_service.decoders.video` names them)."""
+        if outcome not in VIDEO_OUTCOMES:
+            raise ValueError(f"unknown video outcome {outcome!r}; expected one of {VIDEO_OUTCOMES}")
+        self.video_packets.labels(outcome=outcome).inc()
 
     def observe_rejection(self, reason: str) -> None:
         """Count one frame answered without inference."""

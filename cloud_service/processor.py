@@ -13,7 +13,8 @@ import grpc
 
 from cloud_service.convert import detections_to_proto, status_to_proto
 from cloud_service.decoders import BgrImage, CpuDecoder, Decoder, JpegLimits
-from cloud_service.frames import FrameRejected, PreparedFrame, prepare_frames
+from cloud_service.decoders.video import VideoSessions
+from cloud_service.frames import FrameRejected, PreparedFrame, decode_video, prepare_frames
 from cloud_service.models import ModelTable, ServedModel
 from detection.detections import Detections
 from detection.errors import InferenceUnavailableError
@@ -101,9 +102,11 @@ def error_result(request: pb.FrameRequest, code: grpc.StatusCode, message: str) 
 class DetectorFrameProcessor:
     """Processes a batch of requests with one detector call; one result per request, in order.
 
-    Frames past their deadline get DEADLINE_EXCEEDED and are neither decoded nor detected; frames
-    with bad JPEG or regions get INVALID_ARGUMENT; a detector failure gives INTERNAL to the frames
-    of that call only. Deadlines are wall-clock (`clock`, default `time.time`).
+    Frames past their deadline get DEADLINE_EXCEEDED and are neither decoded nor detected (a video
+    packet is decoded all the same, since later packets of its session reference it); frames
+    with bad JPEG, video or regions get INVALID_ARGUMENT, a video packet whose reference is
+    missing FAILED_PRECONDITION with `keyframe_required`; a detector failure gives INTERNAL to
+    the frames of that call only. Deadlines are wall-clock (`clock`, default `time.time`).
 
     The JPEGs of all live frames go to `decoder` in one batch call. Without a `decoder`, a
     one-thread CPU decoder with `limits` is used; a `decoder` carries its own limits.
@@ -120,6 +123,7 @@ class DetectorFrameProcessor:
         *,
         decoder: Decoder | None = None,
         limits: JpegLimits | None = None,
+        videos: VideoSessions | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if decoder is not None and limits is not None and limits != decoder.limits:
@@ -133,7 +137,13 @@ class DetectorFrameProcessor:
         self._decoder: Decoder = (
             decoder if decoder is not None else CpuDecoder(limits=limits or JpegLimits())
         )
+        self._videos = videos
         self._clock = clock
+
+    @property
+    def videos(self) -> VideoSessions | None:
+        """The video uplink decoders (None: this processor takes JPEG only)."""
+        return self._videos
 
     @property
     def models(self) -> ModelTable:
@@ -155,14 +165,17 @@ class DetectorFrameProcessor:
         live: list[int] = []
         for index, request in enumerate(requests):
             if request.HasField("deadline") and timestamp_to_seconds(request.deadline) <= now:
+                if request.HasField("video"):  # decoded all the same: later packets need it
+                    decode_video(request, self._videos)
                 code = grpc.StatusCode.DEADLINE_EXCEEDED
                 self._reject(batch.results[index], code, "deadline passed")
             else:
                 live.append(index)
-        frames = prepare_frames([requests[i] for i in live], self._decoder)
+        frames = prepare_frames([requests[i] for i in live], self._decoder, self._videos)
         for index, outcome in zip(live, frames, strict=True):
             if isinstance(outcome, FrameRejected):
                 self._reject(batch.results[index], outcome.code, outcome.message)
+                batch.results[index].keyframe_required = outcome.keyframe_required
             else:
                 batch.frames[index] = outcome
         return batch

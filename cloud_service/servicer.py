@@ -6,7 +6,7 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -17,6 +17,7 @@ from cloud_service.batching.batcher import DynamicBatcher, ResultCallback
 from cloud_service.batching.batcher import FrameProcessor as FrameProcessor
 from cloud_service.config import BatchingConfig
 from cloud_service.convert import status_to_proto
+from cloud_service.decoders.video import UPLINK_CODECS_METADATA_KEY
 from cloud_service.handlers import MalformedRequest
 from cloud_service.metrics import ServiceMetrics
 from protos.analytics.v1 import analytics_pb2 as pb
@@ -59,6 +60,7 @@ class InferenceServicer(InferenceServiceServicer):
     yields results as soon as they are ready, in any order; at most `max_stream_inflight_frames`
     of its frames are unanswered at once (then it stops reading: HTTP/2 flow control). Given a
     bare `FrameProcessor` (tools, tests), the servicer wraps it in a default `DynamicBatcher`.
+    `uplink_codecs` are announced in each stream's initial metadata (the video uplink).
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class InferenceServicer(InferenceServiceServicer):
         max_stream_inflight_frames: int = 256,
         max_streams: int | None = None,
         metrics: ServiceMetrics | None = None,
+        uplink_codecs: Sequence[str] = (),
     ) -> None:
         if max_stream_inflight_frames < 1:
             raise ValueError(
@@ -84,6 +87,9 @@ class InferenceServicer(InferenceServiceServicer):
         self._streams = 0
         self._streams_lock = threading.Lock()
         self._metrics = metrics
+        self._uplink_metadata = (
+            ((UPLINK_CODECS_METADATA_KEY, ",".join(uplink_codecs)),) if uplink_codecs else ()
+        )
         if metrics is not None:
             metrics.frame_streams_limit.set(max_streams or 0)
 
@@ -126,6 +132,9 @@ class InferenceServicer(InferenceServiceServicer):
                 f"this replica serves its maximum of {self._max_streams} frame streams "
                 "(server.worker_threads - server.reserved_threads); try another replica",
             )
+        if self._uplink_metadata:
+            # at once, not with the first answer: the edge picks the frames' encoding from it
+            context.send_initial_metadata(self._uplink_metadata)
         try:
             yield from self._stream(request_iterator, context)
         finally:

@@ -28,9 +28,12 @@ Names (all prefixed `edge_agent_`):
   `cloud_connected` is 0 by design, not because the cloud is unreachable.
 - `escalations_total{camera, outcome}` (counter): frames escalated to the cloud, by outcome
   (`sent`, `answered`, `failed`, `dropped_budget`, `late`).
-- `escalation_bytes_total{camera, mode}` (counter): JPEG bytes sent to the cloud, as whole
+- `escalation_bytes_total{camera, mode}` (counter): image bytes sent to the cloud, as whole
   frames (`frame`) or crops (`regions`): the uplink, and how often a short byte budget sent
   crops instead of whole frames.
+- `uplink_frames_total{camera, kind}` (counter): whole frames sent, by how they were encoded:
+  video `keyframe` or `inter` (the video uplink), or JPEG because the replica did not announce
+  the codec (`jpeg_not_announced`) or the encoder failed (`jpeg_encoder_failed`).
 - `escalation_round_trip_seconds` (histogram): escalation request to answer.
 - `fusion_changes_total{camera, change}` (counter): what fused cloud answers did to the tracks
   (`reclassified`, `removed`, `rejected`, `created`) and answers dropped as too `late`.
@@ -56,6 +59,7 @@ __all__ = [
     "ESCALATION_MODES",
     "ESCALATION_OUTCOMES",
     "FUSION_CHANGES",
+    "UPLINK_KINDS",
     "EdgeMetrics",
     "MetricsExporter",
     "start_edge_metrics_exporter",
@@ -71,6 +75,9 @@ ESCALATION_OUTCOMES: Final = ("sent", "answered", "failed", "dropped_budget", "l
 
 ESCALATION_MODES: Final = ("frame", "regions")
 """Values of the `mode` label of `escalation_bytes_total` (those of `escalation.policy.Mode`)."""
+
+UPLINK_KINDS: Final = ("keyframe", "inter", "jpeg_not_announced", "jpeg_encoder_failed")
+"""Values of the `kind` label of `uplink_frames_total`."""
 
 FUSION_CHANGES: Final = ("reclassified", "removed", "rejected", "created", "late")
 """Values of the `change` label of `fusion_changes_total`."""
@@ -256,8 +263,14 @@ class EdgeMetrics:
         )
         self.escalation_bytes = Counter(
             f"{_PREFIX}escalation_bytes",
-            "JPEG bytes sent to the cloud, by mode (whole frame or crops).",
+            "Image bytes sent to the cloud, by mode (whole frame or crops).",
             ["camera", "mode"],
+            registry=reg,
+        )
+        self.uplink_frames = Counter(
+            f"{_PREFIX}uplink_frames",
+            "Whole frames sent to the cloud, by encoding (video keyframe or inter, or JPEG).",
+            ["camera", "kind"],
             registry=reg,
         )
         self.escalation_round_trip = Histogram(
@@ -356,6 +369,12 @@ class EdgeMetrics:
                 f"unknown escalation mode {mode!r}; expected one of {ESCALATION_MODES}"
             )
         self.escalation_bytes.labels(camera=camera, mode=mode).inc(n_bytes)
+
+    def observe_uplink(self, camera: str, kind: str) -> None:
+        """Count one whole frame sent, by encoding (`kind` one of `UPLINK_KINDS`)."""
+        if kind not in UPLINK_KINDS:
+            raise ValueError(f"unknown uplink kind {kind!r}; expected one of {UPLINK_KINDS}")
+        self.uplink_frames.labels(camera=camera, kind=kind).inc()
 
 
 def start_edge_metrics_exporter(

@@ -293,6 +293,8 @@ class DynamicBatcher:
         )
         self._metrics.observe_rejection(reason)
         result = error_result(request, code, message)
+        # a video packet answered here was never decoded: its session needs a keyframe
+        result.keyframe_required = request.HasField("video")
         result.queue_depth = self.depth if depth is None else depth
         result.timings.queue_time_ms = result.timings.total_time_ms = waited_ms
         self._deliver(ticket, result, admitted=admitted)

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from configkit.base import StrictModel
 from configkit.secrets import SecretRef
 from configkit.yaml_loader import config_error_at
+from edge_agent.config.uplink import UplinkConfig
 
 _HOST_PORT = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}"
 _IPV4_PORT = r"\d{1,3}(?:\.\d{1,3}){3}:\d{1,5}"
@@ -668,6 +669,10 @@ class EscalationConfig(StrictModel):
     )
     connection: CloudConnectionConfig = Field(
         default_factory=CloudConnectionConfig, description="The gRPC stream to the cloud."
+    )
+    uplink: UplinkConfig = Field(
+        default_factory=UplinkConfig,
+        description="How escalated whole frames are encoded: a video stream per camera or JPEG.",
     )
 
     @model_validator(mode="after")

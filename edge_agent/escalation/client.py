@@ -40,6 +40,7 @@ from edge_agent.config.escalation import EscalationConfig
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
 from protos.analytics.v1.timestamps import timestamp_from_seconds
+from protos.analytics.v1.uplink import UPLINK_CODECS_METADATA_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +228,9 @@ class EscalationClient:
         self._rotating = False
         self._stream_answers = 0
         self._channel_ready = False
+        self._streams_opened = 0
+        self._uplink_codecs: frozenset[str] = frozenset()
+        self._uplink_logged: bool | None = None
         self._call: grpc.RpcContext | None = None
         self._channel: grpc.Channel | None = None
         self._thread: threading.Thread | None = None
@@ -351,6 +355,30 @@ class EscalationClient:
         """The stream is open on a ready connection: `submit` accepts frames."""
         with self._lock:
             return self._state is ClientState.CONNECTED
+
+    @property
+    def stream_id(self) -> int:
+        """Counts the streams opened so far: a change means a new stream (maybe to another
+        replica), where a video uplink starts again with a keyframe."""
+        with self._lock:
+            return self._streams_opened
+
+    @property
+    def uplink_codecs(self) -> frozenset[str]:
+        """Video codecs the replica of the current stream announced (empty: JPEG only, or not
+        known yet)."""
+        with self._lock:
+            return self._uplink_codecs
+
+    def has_room(self) -> bool:
+        """Whether `submit` would take a frame now (connected, window and queue not full): a
+        frame is encoded only when it can go."""
+        with self._lock:
+            return (
+                self._state is ClientState.CONNECTED
+                and len(self._pending) < self._config.max_in_flight
+                and self._send_queue.qsize() < self._config.connection.send_queue_frames
+            )
 
     @property
     def state(self) -> ClientState:
@@ -485,9 +513,12 @@ class EscalationClient:
             self._call = call
             self._stream_open = True
             self._stream_answers = 0
+            self._streams_opened += 1
+            self._uplink_codecs = frozenset()
             if self._channel_ready:
                 self._became_connected()
         try:
+            self._read_uplink_codecs(call)
             for result in call:
                 self._on_answer(result)
             return grpc.StatusCode.OK, "the cloud ended the stream"
@@ -505,6 +536,33 @@ class EscalationClient:
                     self._swap_send_queue()
                     if self._state is ClientState.CONNECTED:
                         self._set_state(ClientState.CONNECTING)
+
+    def _read_uplink_codecs(self, call: grpc.Call) -> None:
+        """The codecs the replica announces at the start of the stream (see the .proto); an
+        older replica sends none (its headers come with its first answer) and gets JPEG."""
+        metadata = call.initial_metadata() or ()
+        announced = next(
+            (str(value) for key, value in metadata if key == UPLINK_CODECS_METADATA_KEY), ""
+        )
+        codecs = frozenset(c.strip() for c in announced.split(",") if c.strip())
+        with self._lock:
+            self._uplink_codecs = codecs
+            wanted = self._config.uplink.codec
+            takes_video = wanted == "jpeg" or wanted in codecs
+            if takes_video == self._uplink_logged:
+                return
+            first, self._uplink_logged = self._uplink_logged is None, takes_video
+        if takes_video and not first:
+            logger.info("the cloud at %s takes the %s uplink again", self._target, wanted)
+        elif not takes_video:
+            logger.warning(
+                "the cloud at %s does not decode the %s uplink (it announced %s): escalated "
+                "frames go as JPEG, which costs several times the bytes; upgrade the cloud "
+                "service or set escalation.uplink.codec: jpeg",
+                self._target,
+                wanted,
+                ", ".join(sorted(codecs)) or "no video codec",
+            )
 
     def _rotated(self, code: grpc.StatusCode) -> bool:
         """After a stream ends: True when it was a rotation that drained cleanly."""

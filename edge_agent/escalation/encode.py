@@ -12,6 +12,7 @@ import numpy.typing as npt
 from detection.detections import Detections
 from edge_agent.escalation.policy import EscalationDecision
 from edge_agent.escalation.roi import Box
+from edge_agent.escalation.uplink import EncodedPacket
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.timestamps import timestamp_from_seconds
 
@@ -57,11 +58,14 @@ def build_frame_request(
     region_jpeg_quality: int | None = None,
     deadline_s: float | None = None,
     request_id: str = "",
+    video: EncodedPacket | None = None,
 ) -> pb.FrameRequest:
     """A `FrameRequest` for `image`: the whole frame, or only JPEG crops of `regions`.
 
-    Times are POSIX seconds (wall clock). Region boxes are in `image` pixels, which are the
-    source pixels: the request states the original size so the cloud maps boxes back.
+    With `video` (the whole frame already encoded by the camera's uplink encoder) the whole
+    frame goes as that packet instead of a JPEG. Times are POSIX seconds (wall clock). Region
+    boxes are in `image` pixels, which are the source pixels: the request states the original
+    size so the cloud maps boxes back.
     """
     height, width = image.shape[:2]
     request = pb.FrameRequest(
@@ -75,6 +79,21 @@ def build_frame_request(
     request.capture_time.CopyFrom(timestamp_from_seconds(capture_time_s))
     if deadline_s is not None:
         request.deadline.CopyFrom(timestamp_from_seconds(deadline_s))
+    if video is not None:
+        if regions:
+            raise ValueError("a video packet carries a whole frame: no regions with it")
+        request.video.CopyFrom(
+            pb.VideoPacket(
+                codec=video.codec,
+                data=video.data,
+                keyframe=video.keyframe,
+                session=video.session,
+                sequence=video.sequence,
+                width=video.width,
+                height=video.height,
+            )
+        )
+        return request
     if not regions:
         request.jpeg = encode_jpeg(image, jpeg_quality)
         request.jpeg_quality = jpeg_quality
@@ -109,8 +128,10 @@ def request_for_decision(
     jpeg_quality: int,
     region_jpeg_quality: int,
     deadline_s: float | None = None,
+    video: EncodedPacket | None = None,
 ) -> pb.FrameRequest:
-    """The request a policy decision calls for: the whole frame or the decision's regions."""
+    """The request a policy decision calls for: the whole frame (JPEG, or `video`'s packet)
+    or the decision's regions."""
     return build_frame_request(
         image,
         agent_id=agent_id,
@@ -121,17 +142,20 @@ def request_for_decision(
         regions=decision.regions,
         region_jpeg_quality=region_jpeg_quality,
         deadline_s=deadline_s,
+        video=video,
     )
 
 
 def payload_bytes(request: pb.FrameRequest) -> int:
-    """JPEG bytes a request carries (whole frame plus regions), as the budget counts them."""
-    return len(request.jpeg) + sum(len(region.jpeg) for region in request.regions)
+    """Image bytes a request carries (whole frame as JPEG or video, plus regions), as the
+    budget counts them."""
+    whole = len(request.jpeg) + len(request.video.data)
+    return whole + sum(len(region.jpeg) for region in request.regions)
 
 
 def payload_pixels(request: pb.FrameRequest) -> int:
-    """Source pixels a request's JPEGs cover, for `EscalationPolicy.record_encoded`."""
-    if request.jpeg:
+    """Source pixels a request's image payload covers, for `EscalationPolicy.record_encoded`."""
+    if request.jpeg or request.HasField("video"):
         return int(request.original_width * request.original_height)
     return int(sum((r.x2 - r.x1) * (r.y2 - r.y1) for r in request.regions))
 

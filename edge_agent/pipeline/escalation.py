@@ -30,6 +30,7 @@ from edge_agent.escalation import (
     request_for_decision,
 )
 from edge_agent.escalation.decider import EscalationDecider
+from edge_agent.escalation.uplink import CameraUplinks, EncodedPacket
 from edge_agent.labels import LabelStore
 from edge_agent.metrics import EdgeMetrics
 
@@ -78,6 +79,12 @@ class EscalationStage:
         self.metrics = metrics
         self.decider = EscalationDecider(config, clock)
         self.counters = EscalationCounters()
+        self._clock = clock
+        self.uplinks = CameraUplinks(
+            config.uplink,
+            camera_budget_bytes_per_s=config.per_camera_bytes_per_s,
+            session_started=self._uplink_session_started,
+        )
         self._lock = threading.Lock()  # policy, budget and counters: loop and encoder share them
         self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.max_in_flight)
         self._encoder: threading.Thread | None = None
@@ -150,6 +157,13 @@ class EscalationStage:
                     self.counters.answered += 1
                 else:
                     self.counters.failed += 1
+        with self._lock:
+            for result in results:
+                self.uplinks.answered(
+                    result.request_id,
+                    answered=result.result is not None,
+                    keyframe_required=result.result is not None and result.result.keyframe_required,
+                )
         for result in results:
             if self.labels is not None:
                 self.labels.answered(result)
@@ -172,6 +186,12 @@ class EscalationStage:
 
     def _send(self, job: _Job) -> None:
         frame = job.frame
+        if not self.client.has_room():  # encode only what can go: a lost packet costs a keyframe
+            with self._lock:
+                self.counters.dropped_busy += 1
+            self._observe(job.camera, "failed")
+            return
+        video = self._video_packet(job)
         request = request_for_decision(
             frame.image,
             job.decision,
@@ -182,6 +202,7 @@ class EscalationStage:
             jpeg_quality=self.config.jpeg_quality,
             region_jpeg_quality=self.config.regions.jpeg_quality,
             deadline_s=time.time() + self.config.deadline_ms / 1000.0,
+            video=video,
         )
         if self.labels is not None:
             self.labels.sent(request)
@@ -190,6 +211,10 @@ class EscalationStage:
             self.labels.forget(request.request_id)
         n_bytes = payload_bytes(request)
         with self._lock:
+            if video is not None and sent:
+                self.uplinks.sent(request.request_id, job.camera, video)
+            elif video is not None:
+                self.uplinks.unsent(job.camera, video)
             if sent:
                 self.counters.sent += 1
                 self.counters.bytes_sent += n_bytes
@@ -199,6 +224,32 @@ class EscalationStage:
         self._observe(job.camera, "sent" if sent else "failed")
         if sent and self.metrics is not None:
             self.metrics.observe_escalation_bytes(job.camera, job.decision.mode, n_bytes)
+
+    def _video_packet(self, job: _Job) -> EncodedPacket | None:
+        """The whole frame as its camera's next video packet; None: JPEG (crops, the jpeg
+        uplink, a replica without the codec, an encoder failure)."""
+        if job.decision.mode != "frame" or not self.uplinks.enabled:
+            return None
+        stream_id, codecs = self.client.stream_id, self.client.uplink_codecs
+        with self._lock:
+            failed_before = self.uplinks.counters.jpeg_encoder_failed
+        # encoding runs outside the lock (milliseconds); only this thread touches the encoders
+        packet = self.uplinks.encode(
+            job.camera, job.frame.image, self._clock(), stream_id=stream_id, codecs=codecs
+        )
+        if self.metrics is not None:
+            if packet is not None and packet.keyframe:
+                self.metrics.observe_uplink(job.camera, "keyframe")
+            elif packet is not None:
+                self.metrics.observe_uplink(job.camera, "inter")
+            elif self.uplinks.counters.jpeg_encoder_failed > failed_before:
+                self.metrics.observe_uplink(job.camera, "jpeg_encoder_failed")
+            else:
+                self.metrics.observe_uplink(job.camera, "jpeg_not_announced")
+        return packet
+
+    def _uplink_session_started(self, camera: str, session: str) -> None:
+        logger.debug("camera %s: video uplink session %s starts", camera, session)
 
     def _observe(self, camera: str, outcome: str) -> None:
         if self.metrics is not None:

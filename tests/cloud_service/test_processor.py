@@ -145,7 +145,7 @@ def test_boxes_are_clipped_to_the_source_frame() -> None:
 @pytest.mark.parametrize(
     ("request_fields", "message"),
     [
-        ({"jpeg": b""}, "neither jpeg nor regions"),
+        ({"jpeg": b""}, "none of jpeg, video and regions"),
         ({"regions": [pb.Region(x1=10, y1=10, x2=5, y2=20, jpeg=GOOD)]}, "x2 > x1"),
         ({"regions": [pb.Region(x1=0, y1=0, x2=5, y2=5)]}, "regions[0]: jpeg is empty"),
         ({"regions": [pb.Region(x1=-1, y1=0, x2=5, y2=5, jpeg=GOOD)]}, "invalid"),

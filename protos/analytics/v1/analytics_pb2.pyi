@@ -33,7 +33,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 @_typing.final
 class FrameRequest(_message.Message):
     """One frame (or regions of one frame) to run the cloud detector on.
-    Field plan: 1-4 identity, 5-6 time, 7-11 image payload, 12-15 free for per-frame hot fields.
+    Field plan: 1-4 identity, 5-6 time, 7-12 image payload, 13-15 free for per-frame hot fields.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -49,6 +49,7 @@ class FrameRequest(_message.Message):
     ORIGINAL_HEIGHT_FIELD_NUMBER: _builtins.int
     JPEG_QUALITY_FIELD_NUMBER: _builtins.int
     REGIONS_FIELD_NUMBER: _builtins.int
+    VIDEO_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     """Stable id of the sending edge agent (one per edge box), e.g. "site-a-jetson-01"."""
     camera_id: _builtins.str
@@ -58,7 +59,9 @@ class FrameRequest(_message.Message):
     request_id: _builtins.str
     """Opaque id chosen by the sender (e.g. a UUID) to correlate retries and logs; echoed back."""
     jpeg: _builtins.bytes
-    """The whole frame, JPEG-encoded, possibly downscaled. Empty when only `regions` are sent."""
+    """The whole frame, JPEG-encoded, possibly downscaled. Empty when only `regions` or `video` are
+    sent.
+    """
     original_width: _builtins.int
     """Size in pixels of the source frame as captured; all coordinates on the wire (regions and
     detections) are in this pixel space, whatever size `jpeg` was scaled to. 0: the JPEG's size.
@@ -84,6 +87,14 @@ class FrameRequest(_message.Message):
         server runs the detector on the whole-frame `jpeg` (if any) and on every region.
         """
 
+    @_builtins.property
+    def video(self) -> Global___VideoPacket:
+        """The whole frame as one packet of the camera's inter-coded uplink stream (H.264 or HEVC),
+        instead of `jpeg`: the cloud keeps a decoder per (agent_id, camera_id, video.session) and
+        decodes packets in `video.sequence` order. Sent only to a server that announced the codec in
+        its initial metadata (`UPLINK_CODECS_METADATA_KEY` below); `jpeg` stays the fallback.
+        """
+
     def __init__(
         self,
         *,
@@ -98,14 +109,75 @@ class FrameRequest(_message.Message):
         original_height: _builtins.int = ...,
         jpeg_quality: _builtins.int = ...,
         regions: _abc.Iterable[Global___Region] | None = ...,
+        video: Global___VideoPacket | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["capture_time", b"capture_time", "deadline", b"deadline"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["capture_time", b"capture_time", "deadline", b"deadline", "video", b"video"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "camera_id", b"camera_id", "capture_time", b"capture_time", "deadline", b"deadline", "frame_id", b"frame_id", "jpeg", b"jpeg", "jpeg_quality", b"jpeg_quality", "original_height", b"original_height", "original_width", b"original_width", "regions", b"regions", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "camera_id", b"camera_id", "capture_time", b"capture_time", "deadline", b"deadline", "frame_id", b"frame_id", "jpeg", b"jpeg", "jpeg_quality", b"jpeg_quality", "original_height", b"original_height", "original_width", b"original_width", "regions", b"regions", "request_id", b"request_id", "video", b"video"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FrameRequest: _TypeAlias = FrameRequest  # noqa: Y015
+
+@_typing.final
+class VideoPacket(_message.Message):
+    """Initial metadata of StreamFrames: a server that decodes the video uplink sends the key
+    "analytics-uplink-codecs" at the start of every stream, with a comma-separated list of the
+    `VideoPacket.codec` values it decodes (e.g. "h264,hevc"). A server without the key (an older
+    replica) takes JPEG only; an edge then sends `jpeg`.
+
+    One access unit of a camera's escalation uplink: an inter-coded stream made of the escalated
+    frames only, in the order they were sent.
+    Field plan: 1-3 payload, 4-5 position in the stream, 6-7 picture size; next free: 8.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODEC_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    KEYFRAME_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    codec: _builtins.str
+    """"h264" (Annex B byte stream) or "hevc" (Annex B)."""
+    data: _builtins.bytes
+    """The encoded access unit; a keyframe carries its parameter sets (SPS/PPS, and VPS for HEVC)."""
+    keyframe: _builtins.bool
+    """An IDR picture: decodable on its own; the cloud (re)starts the session's decoder here."""
+    session: _builtins.str
+    """Chosen by the edge for each run of the encoder (a new stream, an encoder restart): packets
+    of different sessions never reference each other.
+    """
+    sequence: _builtins.int
+    """0 for the session's first packet (a keyframe), then +1 per packet. A gap means a packet the
+    cloud never decoded; the packets after it are answered FAILED_PRECONDITION with
+    `FrameResult.keyframe_required` until the next keyframe.
+    """
+    width: _builtins.int
+    """Coded picture size in pixels (the decoded picture); may be smaller than the source frame
+    (`FrameRequest.original_width`), which detections refer to.
+    """
+    height: _builtins.int
+    def __init__(
+        self,
+        *,
+        codec: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        keyframe: _builtins.bool = ...,
+        session: _builtins.str = ...,
+        sequence: _builtins.int = ...,
+        width: _builtins.int = ...,
+        height: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codec", b"codec", "data", b"data", "height", b"height", "keyframe", b"keyframe", "sequence", b"sequence", "session", b"session", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VideoPacket: _TypeAlias = VideoPacket  # noqa: Y015
 
 @_typing.final
 class Region(_message.Message):
@@ -148,7 +220,7 @@ Global___Region: _TypeAlias = Region  # noqa: Y015
 class FrameResult(_message.Message):
     """The answer for one FrameRequest.
     Field plan: 1-4 identity (echoed), 5 status, 6-8 detections and model, 9-11 timing and
-    back-pressure, 12-15 free for per-frame hot fields.
+    back-pressure, 12-15 free for per-frame hot fields; 16 uplink stream control; next free: 17.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -164,6 +236,7 @@ class FrameResult(_message.Message):
     TIMINGS_FIELD_NUMBER: _builtins.int
     QUEUE_DEPTH_FIELD_NUMBER: _builtins.int
     CAPTURE_TIME_FIELD_NUMBER: _builtins.int
+    KEYFRAME_REQUIRED_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     """Echo of FrameRequest.agent_id."""
     camera_id: _builtins.str
@@ -179,6 +252,11 @@ class FrameResult(_message.Message):
     queue_depth: _builtins.int
     """Frames waiting in the server's queue when this result was sent: a back-pressure hint; the
     edge lowers its escalation rate as it grows.
+    """
+    keyframe_required: _builtins.bool
+    """The frame's `video` packet could not be decoded because a packet it depends on never was
+    (lost, dropped in a queue, sent to another replica): the edge sends its next frame as a
+    keyframe (or as JPEG). Set only with a non-OK status.
     """
     @_builtins.property
     def status(self) -> Global___ResultStatus:
@@ -210,10 +288,11 @@ class FrameResult(_message.Message):
         timings: Global___ServerTimings | None = ...,
         queue_depth: _builtins.int = ...,
         capture_time: _timestamp_pb2.Timestamp | None = ...,
+        keyframe_required: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["capture_time", b"capture_time", "status", b"status", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "camera_id", b"camera_id", "capture_time", b"capture_time", "detections", b"detections", "frame_id", b"frame_id", "model_name", b"model_name", "model_version", b"model_version", "queue_depth", b"queue_depth", "request_id", b"request_id", "status", b"status", "timings", b"timings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "camera_id", b"camera_id", "capture_time", b"capture_time", "detections", b"detections", "frame_id", b"frame_id", "keyframe_required", b"keyframe_required", "model_name", b"model_name", "model_version", b"model_version", "queue_depth", b"queue_depth", "request_id", b"request_id", "status", b"status", "timings", b"timings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
