@@ -36,14 +36,31 @@ class RuleBase(StrictModel):
     )
 
 
-class ZoneEnterRule(RuleBase):
+class CrossingRuleBase(RuleBase):
+    """Fields of the rules that fire on one crossing (zone enter / exit, line cross)."""
+
+    confirm_within_s: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=60.0,
+        description=(
+            "A crossing made while the track's best confidence is still under "
+            "`min_confidence` fires, stamped at the crossing, if the track reaches it within "
+            "this many seconds and is still where the crossing took it; 0: only on the "
+            "crossing frame. A box slower than its camera sees fewer frames of each object, "
+            "so its best score rises later (bench/results/slow_box_alerts.md)."
+        ),
+    )
+
+
+class ZoneEnterRule(CrossingRuleBase):
     """An object enters a zone."""
 
     kind: Literal["zone_enter"] = "zone_enter"
     zone: str = Field(description="Name of a zone on this camera.")
 
 
-class ZoneExitRule(RuleBase):
+class ZoneExitRule(CrossingRuleBase):
     """An object leaves a zone."""
 
     kind: Literal["zone_exit"] = "zone_exit"
@@ -60,7 +77,7 @@ class ZoneOccupancyRule(RuleBase):
     )
 
 
-class LineCrossRule(RuleBase):
+class LineCrossRule(CrossingRuleBase):
     """An object crosses a line."""
 
     kind: Literal["line_cross"] = "line_cross"

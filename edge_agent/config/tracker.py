@@ -23,6 +23,24 @@ class TrackerConfig(StrictModel):
     max_iou_distance: float = Field(
         default=0.7, ge=0.0, le=1.0, description="Largest 1 - IoU accepted in the IoU match."
     )
+    skip_iou_buffer: float = Field(
+        default=0.3,
+        ge=0.0,
+        le=2.0,
+        description=(
+            "Buffered IoU (C-BIoU) for a box slower than its camera: when analysed frames are "
+            "n camera frames apart, the IoU match grows track and detection boxes by this "
+            "fraction of their size times (n - 1) on each side, so an object that moved past "
+            "its own width still matches its track. 0: plain IoU; nothing changes at the "
+            "camera's full rate (bench/results/slow_box_alerts.md)."
+        ),
+    )
+    skip_iou_buffer_max: float = Field(
+        default=3.0,
+        ge=0.0,
+        le=10.0,
+        description="Largest growth `skip_iou_buffer` gives a box, as a fraction of its size.",
+    )
     max_cosine_distance: float = Field(
         default=0.2, ge=0.0, le=2.0, description="Largest appearance distance accepted."
     )

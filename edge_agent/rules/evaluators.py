@@ -4,6 +4,12 @@
   zone's boundary; a track first seen inside raises no enter, one that vanishes inside no exit.
 * `line_cross` fires when the path from the last anchor strictly on one side of the line to the
   new anchor, strictly on the other side, meets the line segment; `in` is toward `in_side`.
+* A crossing (enter, exit, line) by a track whose best confidence is still under the rule's
+  `min_confidence` is held for `confirm_within_s`: it fires, stamped at the crossing, on the first
+  frame the track passes the filter while still on the side the crossing took it to. A box that
+  analyses a fraction of the camera's frames samples each object's score less often, so the score
+  that passes the filter may come a frame or two after the crossing; without this the crossing
+  was lost for good (the object is already across).
 * `loiter` starts once the anchor has been inside for `dwell_s` (counted from the enter, or from
   the first sighting for a track first seen inside) and ends when the track leaves the zone or is
   forgotten, or when a recent start is withdrawn.
@@ -17,6 +23,7 @@ from collections.abc import Set as AbstractSet
 from typing import TypeVar
 
 from edge_agent.config.rules import (
+    CrossingRuleBase,
     LineCrossRule,
     LoiterRule,
     ZoneEnterRule,
@@ -25,14 +32,78 @@ from edge_agent.config.rules import (
 )
 from edge_agent.rules.context import RuleContext
 from edge_agent.rules.evaluator import EvaluatorBase
-from edge_agent.rules.events import NO_TRACK, Phase, RuleEvent
+from edge_agent.rules.events import NO_TRACK, Direction, Phase, RuleEvent
+from edge_agent.rules.geometry import side_of_line
 from edge_agent.rules.state import TrackChange, TrackState
 
 ZoneRuleT = TypeVar("ZoneRuleT", bound=ZoneEnterRule | ZoneExitRule)
+CrossingRuleT = TypeVar("CrossingRuleT", bound=CrossingRuleBase)
 
 
-class _ZoneCrossingEvaluator(EvaluatorBase[ZoneRuleT]):
+class _CrossingEvaluator(EvaluatorBase[CrossingRuleT]):
+    """Fires once per crossing; holds a crossing by a track not yet sure enough (see the
+    module docstring) until it passes the filter, goes back, or `confirm_within_s` ends."""
+
+    def __init__(self, rule: CrossingRuleT, context: RuleContext) -> None:
+        super().__init__(rule, context)
+        # track id -> (crossing time, line direction or None), held for `confirm_within_s`
+        self._held: dict[int, tuple[float, Direction | None]] = {}
+
+    def _still_across(self, track: TrackState, direction: Direction | None) -> bool:
+        """Whether the track is still where its held crossing took it."""
+        raise NotImplementedError
+
+    def _fire(
+        self, track: TrackState, timestamp_s: float, direction: Direction | None
+    ) -> RuleEvent:
+        raise NotImplementedError
+
+    def _crossed(
+        self, track: TrackState, crossed: bool, direction: Direction | None, timestamp_s: float
+    ) -> list[RuleEvent]:
+        """The events of a frame on which the track `crossed` (or not) the watched way."""
+        if crossed:
+            self._held.pop(track.track_id, None)
+            if self.matches(track):
+                return self._fire_cooled(track, timestamp_s, direction)
+            if self._class_passes(track) and self.rule.confirm_within_s > 0.0:
+                self._held[track.track_id] = (timestamp_s, direction)
+            return []
+        held = self._held.get(track.track_id)
+        if held is None:
+            return []
+        crossed_s, held_direction = held
+        if timestamp_s - crossed_s > self.rule.confirm_within_s or not self._still_across(
+            track, held_direction
+        ):
+            del self._held[track.track_id]
+            return []
+        if not self.matches(track):
+            return []
+        del self._held[track.track_id]
+        return self._fire_cooled(track, crossed_s, held_direction)
+
+    def _fire_cooled(
+        self, track: TrackState, timestamp_s: float, direction: Direction | None
+    ) -> list[RuleEvent]:
+        if not self.context.cooled(self.rule, track.track_id, timestamp_s):
+            return []
+        return [self._fire(track, timestamp_s, direction)]
+
+    def _class_passes(self, track: TrackState) -> bool:
+        """The class filter alone: a held crossing waits for confidence, not for a class."""
+        return self.context.matches(self.rule, track.class_id, self.rule.min_confidence)
+
+    def forget_track(self, track: TrackState, timestamp_s: float) -> list[RuleEvent]:
+        """A held crossing of a forgotten track is dropped."""
+        self._held.pop(track.track_id, None)
+        return []
+
+
+class _ZoneCrossingEvaluator(_CrossingEvaluator[ZoneRuleT]):
     """A `start` on the frame a matching track's anchor moves into (or out of) the zone."""
+
+    entering: bool  # which way this kind watches
 
     def __init__(self, rule: ZoneRuleT, context: RuleContext) -> None:
         """Evaluate `rule`; `ValueError` if its zone is not on the camera."""
@@ -41,42 +112,38 @@ class _ZoneCrossingEvaluator(EvaluatorBase[ZoneRuleT]):
 
     def _moved(self, change: TrackChange) -> AbstractSet[str]:
         """The zones the track moved into or out of, whichever this kind watches."""
-        raise NotImplementedError
+        return change.entered if self.entering else change.exited
 
     def observe_track(
         self, track: TrackState, change: TrackChange, timestamp_s: float
     ) -> list[RuleEvent]:
         """A `start` on the frame the track crosses the zone's edge the watched way."""
-        if (
-            self.rule.zone in self._moved(change)
-            and self.matches(track)
-            and self.context.cooled(self.rule, track.track_id, timestamp_s)
-        ):
-            return [
-                self.context.event(self.rule, self.kind, track, timestamp_s, zone=self.rule.zone)
-            ]
-        return []
+        return self._crossed(track, self.rule.zone in self._moved(change), None, timestamp_s)
+
+    def _still_across(self, track: TrackState, direction: Direction | None) -> bool:
+        return track.inside.get(self.rule.zone, False) == self.entering
+
+    def _fire(
+        self, track: TrackState, timestamp_s: float, direction: Direction | None
+    ) -> RuleEvent:
+        return self.context.event(self.rule, self.kind, track, timestamp_s, zone=self.rule.zone)
 
 
 class ZoneEnterEvaluator(_ZoneCrossingEvaluator[ZoneEnterRule]):
     """`zone_enter`: a matching track's anchor moves into the zone."""
 
     kind = "zone_enter"
-
-    def _moved(self, change: TrackChange) -> AbstractSet[str]:
-        return change.entered
+    entering = True
 
 
 class ZoneExitEvaluator(_ZoneCrossingEvaluator[ZoneExitRule]):
     """`zone_exit`: a matching track's anchor moves out of the zone."""
 
     kind = "zone_exit"
-
-    def _moved(self, change: TrackChange) -> AbstractSet[str]:
-        return change.exited
+    entering = False
 
 
-class LineCrossEvaluator(EvaluatorBase[LineCrossRule]):
+class LineCrossEvaluator(_CrossingEvaluator[LineCrossRule]):
     """`line_cross`: a matching track crosses the line in a wanted direction."""
 
     kind = "line_cross"
@@ -84,24 +151,32 @@ class LineCrossEvaluator(EvaluatorBase[LineCrossRule]):
     def __init__(self, rule: LineCrossRule, context: RuleContext) -> None:
         """Evaluate `rule`; `ValueError` if its line is not on the camera."""
         super().__init__(rule, context)
-        context.line(rule, rule.line)
+        self._line = context.line(rule, rule.line)
 
     def observe_track(
         self, track: TrackState, change: TrackChange, timestamp_s: float
     ) -> list[RuleEvent]:
         """A `start` with the crossing's direction on the frame the track crosses."""
         crossed = change.crossings.get(self.rule.line)
-        if (
-            crossed is not None
-            and self.rule.direction in (crossed, "both")
-            and self.matches(track)
-            and self.context.cooled(self.rule, track.track_id, timestamp_s)
-        ):
-            event = self.context.event(
-                self.rule, self.kind, track, timestamp_s, line=self.rule.line, direction=crossed
-            )
-            return [event]
-        return []
+        wanted = crossed is not None and self.rule.direction in (crossed, "both")
+        if crossed is not None and not wanted:
+            self._held.pop(track.track_id, None)  # crossed back: a held crossing is undone
+        return self._crossed(track, wanted, crossed, timestamp_s)
+
+    def _still_across(self, track: TrackState, direction: Direction | None) -> bool:
+        anchor = track.line_anchor.get(self.rule.line)
+        if anchor is None or direction is None:
+            return False
+        line = self._line
+        left = float(side_of_line([anchor], line.a, line.b)[0]) < 0.0
+        return (left == (line.in_side == "left")) == (direction == "in")
+
+    def _fire(
+        self, track: TrackState, timestamp_s: float, direction: Direction | None
+    ) -> RuleEvent:
+        return self.context.event(
+            self.rule, self.kind, track, timestamp_s, line=self.rule.line, direction=direction
+        )
 
 
 class LoiterEvaluator(EvaluatorBase[LoiterRule]):

@@ -38,6 +38,14 @@ def iou_cost(track_xyxy: npt.ArrayLike, detection_xyxy: npt.ArrayLike) -> FloatA
     return np.asarray(1.0 - box_iou(a, b), dtype=np.float64)
 
 
+def buffered(xyxy: npt.ArrayLike, scale: float) -> FloatArray:
+    """Boxes `(n, 4)` grown by `scale` times their width and height on each side (C-BIoU's
+    buffered box; `scale` 0 returns them as they are)."""
+    boxes = np.asarray(xyxy, dtype=np.float64).reshape(-1, 4)
+    size = boxes[:, 2:] - boxes[:, :2]
+    return np.concatenate([boxes[:, :2] - scale * size, boxes[:, 2:] + scale * size], axis=1)
+
+
 def cosine_cost(galleries: Sequence[npt.ArrayLike], features: npt.ArrayLike) -> FloatArray:
     """Smallest cosine distance from each track's gallery `(k, d)` to each feature `(n, d)`.
 

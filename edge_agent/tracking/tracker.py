@@ -14,6 +14,7 @@ from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking.kalman import CHI2INV95, FloatArray, KalmanFilter, xyxy_to_xyah
 from edge_agent.tracking.matching import (
     Assignment,
+    buffered,
     cosine_cost,
     gate_cost_matrix,
     iou_cost,
@@ -81,6 +82,8 @@ class DeepSortTracker:
         feature_refresh_frames: int = 10,
         isolation_margin: float = 0.5,
         new_track_min_score: float | None = None,
+        skip_iou_buffer: float = 0.0,
+        skip_iou_buffer_max: float = 3.0,
     ) -> None:
         _check_range("max_age_frames", max_age_frames, 1, 10_000)
         _check_range("n_init", n_init, 1, 100)
@@ -92,6 +95,8 @@ class DeepSortTracker:
         _check_range("history_size", history_size, 1, 100_000)
         _check_range("feature_refresh_frames", feature_refresh_frames, 1, 10_000)
         _check_range("isolation_margin", isolation_margin, 0.0, 10.0)
+        _check_range("skip_iou_buffer", skip_iou_buffer, 0.0, 2.0)
+        _check_range("skip_iou_buffer_max", skip_iou_buffer_max, 0.0, 10.0)
         if low_score_threshold is not None:
             _check_range(
                 "low_score_threshold",
@@ -111,6 +116,9 @@ class DeepSortTracker:
         self.history_size = int(history_size)
         self.feature_refresh_frames = int(feature_refresh_frames)
         self.isolation_margin = float(isolation_margin)
+        self.skip_iou_buffer = float(skip_iou_buffer)
+        self.skip_iou_buffer_max = float(skip_iou_buffer_max)
+        self._buffer = 0.0  # this frame's IoU buffer (`skip_iou_buffer` x skipped intervals)
         if new_track_min_score is None:
             new_track_min_score = self.confidence_threshold
         _check_range("new_track_min_score", new_track_min_score, 0.0, 1.0)
@@ -137,6 +145,8 @@ class DeepSortTracker:
             feature_refresh_frames=config.embed_refresh_frames,
             isolation_margin=config.embed_isolation_margin,
             new_track_min_score=config.new_track_min_score,
+            skip_iou_buffer=config.skip_iou_buffer,
+            skip_iou_buffer_max=config.skip_iou_buffer_max,
         )
 
     def update(
@@ -168,6 +178,7 @@ class DeepSortTracker:
         features = self._check_embeddings(detections, embeddings)
         self.frame_index += 1
         steps = min(max(1, int(steps)), self.max_age_frames)
+        self._buffer = min(self.skip_iou_buffer * (steps - 1), self.skip_iou_buffer_max)
         held_before = {
             track.track_id: track.reported_box()
             for track in self.tracks
@@ -470,7 +481,13 @@ class DeepSortTracker:
         if not tracks or not dets:
             return Assignment([], tracks, dets)
         track_boxes = np.stack([self.tracks[t].to_xyxy() for t in tracks])
-        cost = iou_cost(track_boxes, detections.xyxy[dets])
+        detection_boxes = detections.xyxy[dets].astype(np.float64)
+        if self._buffer > 0.0:
+            # C-BIoU (Yang et al., WACV 2023): frames apart, an object may have moved past its
+            # own width; grown boxes still overlap while the Hungarian match keeps the nearest.
+            track_boxes = buffered(track_boxes, self._buffer)
+            detection_boxes = buffered(detection_boxes, self._buffer)
+        cost = iou_cost(track_boxes, detection_boxes)
         return linear_assignment(cost, max_distance, tracks, dets)
 
     def _start_track(

@@ -375,6 +375,61 @@ def test_class_and_confidence_filters() -> None:
     assert [(e.track_id, e.class_id) for e in events] == [(2, 1), (4, 2)]
 
 
+@pytest.mark.parametrize(
+    ("kind", "xs", "confidences", "window_s", "expected"),
+    [
+        # the score passing the filter comes a frame after the crossing: stamped at the crossing
+        ("zone_enter", [80, 150, 160], [0.4, 0.4, 0.8], 1.0, [0.1]),
+        ("zone_exit", [150, 250, 260], [0.4, 0.4, 0.8], 1.0, [0.1]),
+        ("line_cross", [250, 350, 360], [0.4, 0.4, 0.8], 1.0, [0.1]),
+        # went back before it was sure: nothing
+        ("zone_enter", [80, 150, 80], [0.4, 0.4, 0.8], 1.0, []),
+        ("zone_exit", [150, 250, 150], [0.4, 0.4, 0.8], 1.0, []),
+        ("line_cross", [250, 350, 250], [0.4, 0.4, 0.8], 1.0, [0.2]),  # only the way back
+        # sure too late, or the rule does not wait
+        ("zone_enter", [80, 150, 160, 170], [0.4, 0.4, 0.4, 0.8], 0.15, []),
+        ("zone_enter", [80, 150, 160], [0.4, 0.4, 0.8], 0.0, []),
+        # sure on the crossing frame: as before
+        ("zone_enter", [80, 150, 160], [0.4, 0.8, 0.8], 1.0, [0.1]),
+    ],
+)
+def test_a_crossing_waits_for_the_track_to_pass_min_confidence(
+    kind: str, xs: list[float], confidences: list[float], window_s: float, expected: list[float]
+) -> None:
+    """A box slower than its camera samples an object's score on fewer frames: the frame that
+    passes `min_confidence` can come after the crossing, which then fires stamped when it
+    happened, if the track is still across within `confirm_within_s`."""
+    place = {"line": "line-a"} if kind == "line_cross" else {"zone": "zone-a"}
+    engine = _engine(
+        [{"name": "r", "kind": kind, "min_confidence": 0.6, "confirm_within_s": window_s, **place}]
+    )
+    frames: list[list[Obj]] = [[(7, x, 150, 0, c)] for x, c in zip(xs, confidences, strict=True)]
+    events = _run(engine, frames)
+    assert [round(e.timestamp_s, 3) for e in events] == expected
+    assert all(e.kind == kind and e.track_id == 7 and e.phase == "start" for e in events)
+
+
+def test_a_held_crossing_of_the_wrong_class_never_fires() -> None:
+    engine = _engine(
+        [{"name": "r", "kind": "zone_enter", "zone": "zone-a", "classes": ["car"],
+          "min_confidence": 0.6}]
+    )  # fmt: skip
+    frames: list[list[Obj]] = [[(7, 80, 150, 0, 0.4)], [(7, 150, 150, 0, 0.4)],
+                               [(7, 160, 150, 0, 0.9)]]  # fmt: skip
+    assert _run(engine, frames) == []
+
+
+def test_a_held_crossing_is_dropped_with_its_forgotten_track() -> None:
+    engine = _engine(
+        [{"name": "r", "kind": "zone_enter", "zone": "zone-a", "min_confidence": 0.6,
+          "confirm_within_s": 5.0}],
+        track_timeout_s=0.15,
+    )  # fmt: skip
+    frames: list[list[Obj]] = [[(7, 80, 150, 0, 0.4)], [(7, 150, 150, 0, 0.4)], [], [],
+                               [(7, 160, 150, 0, 0.9)]]  # fmt: skip
+    assert _run(engine, frames) == []  # forgotten at 0.4 s: back at 0.4 s it is first seen inside
+
+
 def test_untracked_detections_are_ignored_and_time_must_not_go_back() -> None:
     engine = _engine([{"name": "in", "kind": "zone_enter", "zone": "zone-a"}])
     assert _run(engine, [[(-1, 50, 150)], [(-1, 150, 150)]]) == []

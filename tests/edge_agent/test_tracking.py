@@ -186,6 +186,37 @@ def test_skipped_frames_move_the_tracks_as_far_as_the_objects_went(
     assert kept.age == 7  # age counts analysed frames, whatever the gap
 
 
+@pytest.mark.parametrize(("buffer", "same_track"), [(0.3, True), (0.0, False)])
+def test_a_young_track_keeps_an_object_that_moved_past_its_width_between_analysed_frames(
+    buffer: float, same_track: bool
+) -> None:
+    """Analysed 5 camera frames apart, a track seen once (no velocity yet) and its object,
+    40 px wide and 60 px on, do not overlap; buffered IoU (C-BIoU) grows both boxes by
+    `skip_iou_buffer` x 4 intervals of their size and keeps the object on its track."""
+    tracker = DeepSortTracker(n_init=2, skip_iou_buffer=buffer)
+    tracker.update(_dets([_box(50, 60)]))
+    after = tracker.update(_dets([_box(110, 60)]), steps=5)
+    assert (len(tracker.tracks) == 1 and int(after.tracker_id[0]) == 1) is same_track
+
+
+def test_buffered_iou_changes_nothing_at_the_cameras_full_rate() -> None:
+    """Frames one interval apart get no buffer: the plain IoU match, as before."""
+    plain, buffered = DeepSortTracker(n_init=1), DeepSortTracker(n_init=1, skip_iou_buffer=0.3)
+    for tracker in (plain, buffered):
+        tracker.update(_dets([_box(50, 60)]))
+    far = _dets([_box(100, 60)])  # 50 px on: no overlap with the 40 px box
+    assert [int(t) for t in plain.update(far).tracker_id] == [2]
+    assert [int(t) for t in buffered.update(far).tracker_id] == [2]
+
+
+def test_the_iou_buffer_is_capped() -> None:
+    tracker = DeepSortTracker(n_init=2, skip_iou_buffer=1.0, skip_iou_buffer_max=0.5)
+    tracker.update(_dets([_box(50, 60)]))
+    after = tracker.update(_dets([_box(150, 60)]), steps=9)  # 100 px on: 0.5 x 40 px is short
+    assert len(tracker.tracks) == 1 and tracker.tracks[0].track_id == 2
+    assert int(after.tracker_id[0]) == -1
+
+
 @pytest.mark.parametrize(("new_track_min_score", "starts"), [(None, True), (0.4, False)])
 def test_weak_boxes_continue_tracks_but_only_strong_ones_start_them(
     new_track_min_score: float | None, starts: bool
@@ -312,6 +343,8 @@ def test_embeddings_shape_is_checked() -> None:
         ({"feature_refresh_frames": 0}, r"feature_refresh_frames must be in \[1, 10000\], got 0"),
         ({"isolation_margin": -1.0}, r"isolation_margin must be in \[0.0, 10.0\], got -1.0"),
         ({"new_track_min_score": 1.5}, r"new_track_min_score must be in \[0.0, 1.0\], got 1.5"),
+        ({"skip_iou_buffer": -0.1}, r"skip_iou_buffer must be in \[0.0, 2.0\], got -0.1"),
+        ({"skip_iou_buffer_max": 11}, r"skip_iou_buffer_max must be in \[0.0, 10.0\], got 11"),
     ],
 )
 def test_bad_hyper_parameters_raise(kwargs: dict[str, Any], message: str) -> None:
