@@ -6,6 +6,9 @@ what the cameras see: exposing it unauthenticated takes an explicit
 `allow_unauthenticated_remote: true`. The server speaks plain HTTP; put a TLS-terminating
 reverse proxy in front of it to reach it across an untrusted network (basic auth sends the
 password in clear otherwise).
+
+The limits below bound what one client can make the agent hold: a request head and body of a
+known size, read within `client_timeout_s`, at most `max_concurrent_requests` at once.
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ WebAuthConfig = Annotated[WebBasicAuth | WebTokenAuth, Field(discriminator="type
 """`basic` or `bearer`, chosen by `type`."""
 
 
+HostName = Annotated[
+    str,
+    Field(min_length=1, max_length=255, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.:_-]+)$"),
+]
+"""A DNS name or an IP address (IPv6 with or without brackets), without a port."""
+
+
 def is_loopback_host(host: str) -> bool:
     """Whether binding `host` keeps the server on this machine (`localhost`, 127/8, ::1)."""
     if host.lower() == "localhost":
@@ -58,7 +68,7 @@ def is_loopback_host(host: str) -> bool:
 
 
 class WebConfig(StrictModel):
-    """The status page's HTTP server (stdlib, one daemon thread per request)."""
+    """The status page's HTTP server (hypercorn in a thread of its own, `web.server`)."""
 
     enabled: bool = Field(default=False, description="Serve the status page.")
     host: str = Field(
@@ -94,7 +104,41 @@ class WebConfig(StrictModel):
         default=10.0,
         gt=0.0,
         le=300.0,
-        description="A client silent this long is disconnected (frees its thread).",
+        description=(
+            "Time a client has to send a request's head (from connecting, or from its previous "
+            "answer on a kept-alive connection) and, separately, its body, and the longest it "
+            "may leave the server's writes unread; then it is disconnected."
+        ),
+    )
+    max_request_head_bytes: int = Field(
+        default=16_384,
+        ge=1_024,
+        le=1_048_576,
+        description="Largest request line plus headers; a longer head is answered 431 or 400.",
+    )
+    max_request_body_bytes: int = Field(
+        default=1_024,
+        ge=0,
+        le=1_048_576,
+        description=(
+            "Largest request body (only `POST /api/reload` takes one, an optional JSON "
+            "object); a larger declared length is refused 413 before any of it is read."
+        ),
+    )
+    max_concurrent_requests: int = Field(
+        default=32,
+        ge=1,
+        le=1_024,
+        description="Requests handled at once; more are answered 503 at once.",
+    )
+    allowed_hosts: list[HostName] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "Host names (no port) requests may name in `Host`. Empty: any, except that an "
+            "unauthenticated page on loopback only answers loopback names (`localhost`, "
+            "127.0.0.1, ::1), so a web page cannot reach it by DNS rebinding."
+        ),
     )
 
     @model_validator(mode="after")

@@ -2,7 +2,8 @@
 
 - `LiveView` (live.py): the newest frame per camera and the recent events, handed over by the
   frame loop (an agent hook and an alert sink) and drawn + encoded only when a client asks.
-- `StatusServer` (server.py): the HTTP routes, on the stdlib's threading server, with auth.
+- `StatusServer` (server.py): the HTTP server (hypercorn, its own thread); `StatusApp` (app.py):
+  the routes and every check made on a request head before its body is read.
 - `status_report` (report.py): the `/api/status` document; `render_page` (page.py): the HTML.
 - `attach_status_page` (attach.py): all of it on a running `EdgeAgent`, from `web:` config.
 """

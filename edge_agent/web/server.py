@@ -1,4 +1,5 @@
-"""`StatusServer`: the status page over HTTP (stdlib `ThreadingHTTPServer`, a daemon thread).
+"""`StatusServer`: the status page over HTTP, served by hypercorn on an event loop in a thread of
+its own inside the agent.
 
 Routes (GET and HEAD; every one but `/healthz` behind the configured auth):
 
@@ -8,33 +9,57 @@ Routes (GET and HEAD; every one but `/healthz` behind the configured auth):
 - `/media/<relative path>`: an event's snapshot, crop or clip, found by the media resolver;
   404 for anything the resolver does not find and for any path that is not a plain relative one
   (`..`, absolute, backslashes: checked after URL-decoding, before the resolver sees it);
-- `/healthz`: `ok`, never behind auth (for probes).
+- `/healthz`: `ok`, never behind auth (for probes);
+- `POST /api/reload` (when the agent gives a reload action): same origin only (`app.py`).
 
-Each request runs in its own daemon thread, so a slow client delays nobody else; a client silent
-for `client_timeout_s` is disconnected.
+Why hypercorn (0.18, pure Python: h11 for HTTP/1.1, h2 for HTTP/2; runs wherever CPython does,
+Jetson and Raspberry Pi included, and pulls no C extension and no torch): its parser is h11,
+which refuses a negative, non-numeric or repeated-and-different `Content-Length`, obsolete line
+folding and heads over `max_request_head_bytes`, frames every body by its length or chunks (a
+body is never read as the next request), and answers all of that 400 without calling the app;
+and its connection loop has the deadlines a status page on a network needs: a request head
+must arrive within `client_timeout_s` of connecting or of the previous answer (slowloris), each
+read within `client_timeout_s`, a body is handed over in bounded chunks (at most 10 queued) and
+a connection whose body the app left unread is closed. uvicorn (h11 or httptools) has no
+deadline on a request head: a client sending one byte a second holds its connection for ever.
+aiohttp brings six compiled dependencies and no head deadline either. Cleartext HTTP/2 (prior
+knowledge or `Upgrade: h2c`) is hypercorn's and cannot be turned off; its streams go through
+the same app and checks (tested).
+
+The app (`app.StatusApp`) decides everything else from the request head before any body is
+read: limits, auth, methods, content types, same origin, host names.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
-import shutil
+import math
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from typing import Any, cast
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
 
 from edge_agent.config.web import WebConfig
+from edge_agent.web.app import MEDIA_TYPES, StatusApp, media_type
 from edge_agent.web.auth import Authenticator
 from edge_agent.web.live import LiveView
-from edge_agent.web.page import CONTENT_SECURITY_POLICY, render_page
-from edge_agent.web.report import safe_relative_path, status_report
+from edge_agent.web.report import status_report
 
-__all__ = ["MediaResolver", "StatusServer", "StatusSource", "media_type"]
+__all__ = [
+    "MEDIA_TYPES",
+    "MediaResolver",
+    "ReloadAction",
+    "StatusServer",
+    "StatusSource",
+    "media_type",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -44,197 +69,76 @@ StatusSource = Callable[[], Mapping[str, Mapping[str, object]]]
 MediaResolver = Callable[[str], Path | None]
 """The file of a media path relative to the media store, or None when there is none."""
 
-_MEDIA_TYPES = {
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".png": "image/png",
-    ".webp": "image/webp",
-    ".mp4": "video/mp4",
-    ".webm": "video/webm",
-    ".mkv": "video/x-matroska",
-    ".json": "application/json",
-}
-_CAMERA_PREFIX, _FRAME_SUFFIX = "/api/cameras/", "/frame.jpg"
-_MEDIA_PREFIX = "/media/"
-_SHUTDOWN_POLL_S = 0.1  # how soon `close` is noticed; an idle wake-up costs next to nothing
-_MAX_POST_BODY = 65_536
-_MEDIA_MAX_AGE_S = 3_600  # media files never change once written (the store writes atomically)
-
-
-def media_type(path: Path) -> str:
-    """The Content-Type of a media file, by its suffix (`application/octet-stream` if unknown)."""
-    return _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
-
-
 ReloadAction = Callable[[], Mapping[str, object]]
 """Re-reads the agent's config file and applies it; what came of it, as JSON."""
 
-
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], app: StatusServer) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.app = app
-        super().__init__(address, _Handler)
+_GRACEFUL_S = 1.0  # on close, requests in flight get this long; then their connections go
+_START_TIMEOUT_S = 10.0
+_JOIN_TIMEOUT_S = 5.0
+_WORKER_THREADS = 4  # blocking work of requests (report, JPEG, file reads, reload)
+_BACKLOG = 128
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: the page polls every second
-    server_version = "edge-agent-status"
-    sys_version = ""
-    server: _HttpServer
+class _ServerLog(logging.Logger):
+    """hypercorn's own log lines, under this module's logger: its start-up banner (`Running on
+    ... (CTRL + C to quit)`) at DEBUG, since the agent logs its own line."""
 
-    def setup(self) -> None:
-        super().setup()
-        self.connection.settimeout(self.server.app.client_timeout_s)
+    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
+        """At DEBUG."""
+        self.debug(msg, *args, **kwargs)
 
-    def log_message(self, format: str, *args: object) -> None:
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s %s", self.address_string(), format % args)
 
-    def do_GET(self) -> None:
-        self._respond(head=False)
+def _server_log() -> logging.Logger:
+    log = _ServerLog(f"{__name__}.hypercorn")
+    log.parent = logger  # not registered: nothing global is configured
+    return log
 
-    def do_HEAD(self) -> None:
-        self._respond(head=True)
 
-    def do_POST(self) -> None:
-        try:
-            self._post(urlsplit(self.path).path)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            self.close_connection = True
-        except Exception:
-            logger.exception("status page: %s %s failed", self.command, self.path)
-            self.close_connection = True
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n")
+def _bind(host: str, port: int, unacknowledged_s: float) -> socket.socket:
+    """A listening TCP socket on `host:port`; raises `OSError` when it cannot be bound.
 
-    def _post(self, path: str) -> None:
-        """`POST /api/reload`: re-read the config file and apply its camera changes."""
-        app = self.server.app
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(min(length, _MAX_POST_BODY))  # no body is needed; drain a small one
-        if not app.auth.allows(self.headers.get("Authorization")):
-            challenge = {"WWW-Authenticate": app.auth.challenge()}
-            self._send(HTTPStatus.UNAUTHORIZED, b"authentication required\n", headers=challenge)
-            return
-        if path != "/api/reload" or app.reload is None:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n")
-            return
-        origin = self.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc != self.headers.get("Host"):
-            # a page of another site posting with the browser's stored credentials
-            self._send(HTTPStatus.FORBIDDEN, b"cross-site request refused\n")
-            return
-        outcome = app.reload()
-        status = HTTPStatus.OK if outcome.get("ok") else HTTPStatus.CONFLICT
-        body = json.dumps(outcome, separators=(",", ":")).encode("utf-8")
-        self._send(status, body, "application/json")
+    Its connections (they inherit the option) fail once data they were sent has stayed
+    unacknowledged for `unacknowledged_s`: a client that stops reading (zero window) would
+    otherwise keep its connection and its unsent buffer for ever, since closing a transport
+    waits for its buffer to drain.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
+            timeout_ms = max(1, round(unacknowledged_s * 1000))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
-    def _respond(self, *, head: bool) -> None:
-        try:
-            self._route(urlsplit(self.path).path, head)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            self.close_connection = True  # the client went away; nothing to answer
-        except Exception:
-            logger.exception("status page: %s %s failed", self.command, self.path)
-            self.close_connection = True
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", head=head)
 
-    def _route(self, path: str, head: bool) -> None:
-        app = self.server.app
-        if path == "/healthz":
-            self._send(HTTPStatus.OK, b"ok\n", head=head)
-            return
-        if not app.auth.allows(self.headers.get("Authorization")):
-            self._send(
-                HTTPStatus.UNAUTHORIZED,
-                b"authentication required\n",
-                head=head,
-                headers={"WWW-Authenticate": app.auth.challenge()},
-            )
-            return
-        if path == "/":
-            page = render_page(app.report()).encode("utf-8")
-            headers = {"Content-Security-Policy": CONTENT_SECURITY_POLICY}
-            self._send(HTTPStatus.OK, page, "text/html; charset=utf-8", head, headers)
-        elif path == "/api/status":
-            # default=str: one odd value in a payload must not take the whole page down
-            report = json.dumps(app.report(), separators=(",", ":"), default=str)
-            body = report.encode("utf-8")
-            self._send(HTTPStatus.OK, body, "application/json", head)
-        elif path.startswith(_CAMERA_PREFIX) and path.endswith(_FRAME_SUFFIX):
-            self._frame(unquote(path[len(_CAMERA_PREFIX) : -len(_FRAME_SUFFIX)]), head)
-        elif path.startswith(_MEDIA_PREFIX):
-            self._media(unquote(path[len(_MEDIA_PREFIX) :]), head)
-        else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", head=head)
-
-    def _frame(self, camera: str, head: bool) -> None:
-        view = self.server.app.view
-        if not camera or "/" in camera or not view.knows(camera):
-            self._send(HTTPStatus.NOT_FOUND, b"no such camera\n", head=head)
-            return
-        jpeg = view.frame_jpeg(camera)
-        if jpeg is None:
-            self._send(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                b"no frame yet\n",
-                head=head,
-                headers={"Retry-After": "1"},
-            )
-            return
-        headers = {
-            "X-Frame-Index": str(jpeg.info.index),
-            "X-Capture-Time": f"{jpeg.info.capture_time_s:.3f}",
-        }
-        self._send(HTTPStatus.OK, jpeg.data, "image/jpeg", head, headers)
-
-    def _media(self, raw: str, head: bool) -> None:
-        resolver = self.server.app.media_resolver
-        relative = safe_relative_path(raw)
-        file = None if resolver is None or relative is None else resolver(relative)
-        if file is None or not file.is_file():
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", head=head)
-            return
-        with file.open("rb") as stream:
-            size = file.stat().st_size
-            self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", media_type(file))
-            self.send_header("Content-Length", str(size))
-            self.send_header("Cache-Control", f"private, max-age={_MEDIA_MAX_AGE_S}")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.end_headers()
-            if not head:
-                shutil.copyfileobj(stream, self.wfile)
-
-    def _send(
-        self,
-        status: HTTPStatus,
-        body: bytes,
-        content_type: str = "text/plain; charset=utf-8",
-        head: bool = False,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+def hypercorn_config(config: WebConfig, fd: int) -> HypercornConfig:
+    """hypercorn's settings for `config`, serving the listening socket `fd`."""
+    settings = HypercornConfig()
+    settings.bind = [f"fd://{fd}"]
+    settings.backlog = _BACKLOG
+    settings.keep_alive_timeout = config.client_timeout_s
+    settings.read_timeout = math.ceil(config.client_timeout_s)
+    settings.graceful_timeout = _GRACEFUL_S
+    settings.h11_max_incomplete_size = config.max_request_head_bytes
+    settings.h2_max_header_list_size = config.max_request_head_bytes
+    settings.h2_max_concurrent_streams = config.max_concurrent_requests
+    settings.include_server_header = False
+    settings.accesslog = None
+    settings.errorlog = _server_log()
+    return settings
 
 
 class StatusServer:
     """The agent's status page (module docstring); `start()` binds and serves, `close()` stops.
 
-    `status` gives every camera's status document (called per request, from HTTP threads);
+    `status` gives every camera's status document (called per request, from a worker thread);
     `media_resolver` finds event media for `/media/` (None: that route is always 404). The
     configured auth secret is resolved here: raises `SecretError` when it is unavailable.
     """
@@ -263,8 +167,14 @@ class StatusServer:
         self.client_timeout_s = config.client_timeout_s
         self._status = status
         self._clock = clock
-        self._server: _HttpServer | None = None
+        self._port: int | None = None
         self._thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Event | None = None
+        self._ready = threading.Event()
+
+    # ---- what the routes read (`app.StatusBackend`) ----
 
     def report(self) -> dict[str, object]:
         """The `/api/status` document now."""
@@ -272,28 +182,60 @@ class StatusServer:
             self.view, self._status(), self._clock(), local_media=self.media_resolver is not None
         )
 
+    def resolve_media(self, relative: str) -> Path | None:
+        """The file of a plain relative media path, or None."""
+        return None if self.media_resolver is None else self.media_resolver(relative)
+
+    @property
+    def reloads(self) -> bool:
+        """Whether `POST /api/reload` is served."""
+        return self.reload is not None
+
+    def reload_config(self) -> Mapping[str, object] | None:
+        """Run the reload action (None when there is none)."""
+        return None if self.reload is None else self.reload()
+
+    # ---- life cycle ----
+
     def start(self) -> None:
-        """Bind `config.host:config.port` and serve in a daemon thread; raises `OSError` when
-        the address cannot be bound."""
-        if self._server is not None:
+        """Bind `config.host:config.port` and serve from a thread of its own; raises `OSError`
+        when the address cannot be bound (before anything runs)."""
+        if self._thread is not None:
             raise RuntimeError("the status server is already started")
-        server = _HttpServer((self.config.host, self.config.port), self)
-        self._server = server
+        sock = _bind(self.config.host, self.config.port, self.config.client_timeout_s)
+        self._port = int(sock.getsockname()[1])
+        settings = hypercorn_config(self.config, sock.detach())  # hypercorn owns the fd now
+        self._executor = ThreadPoolExecutor(_WORKER_THREADS, thread_name_prefix="status-page")
+        app = StatusApp(self.config, self, self._executor)
+        self._ready.clear()
         self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": _SHUTDOWN_POLL_S},
-            name="status-page",
+            target=self._serve, args=(app, settings), name="status-page", daemon=True
         )
-        self._thread.daemon = True
         self._thread.start()
+        if not self._ready.wait(_START_TIMEOUT_S):
+            logger.warning("status page: the server thread is slow to start")
         logger.info("status page on %s", self.url)
+
+    def _serve(self, app: StatusApp, settings: HypercornConfig) -> None:
+        try:
+            asyncio.run(self._main(app, settings))
+        except Exception:
+            logger.exception("status page: the HTTP server stopped on an error")
+        finally:
+            self._ready.set()
+
+    async def _main(self, app: StatusApp, settings: HypercornConfig) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._shutdown = asyncio.Event()
+        self._ready.set()
+        await serve(cast(Any, app), settings, shutdown_trigger=self._shutdown.wait, mode="asgi")
 
     @property
     def port(self) -> int:
         """The bound port (the real one when the config says 0); only once started."""
-        if self._server is None:
+        if self._port is None:
             raise RuntimeError("the status server is not started")
-        return int(self._server.server_address[1])
+        return self._port
 
     @property
     def url(self) -> str:
@@ -302,15 +244,26 @@ class StatusServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/"
 
     def close(self) -> None:
-        """Stop serving and release the port (requests in flight finish in their threads)."""
-        server, self._server = self._server, None
-        if server is None:
+        """Stop serving and release the port: requests in flight get about a second, then
+        their connections close. Returns within a few seconds whatever the clients do."""
+        thread, self._thread = self._thread, None
+        if thread is None:
             return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(5.0)
-            self._thread = None
+        self._ready.wait(_START_TIMEOUT_S)
+        loop, shutdown = self._loop, self._shutdown
+        if loop is not None and shutdown is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(shutdown.set)
+            except RuntimeError:  # the loop ended on its own meanwhile
+                pass
+        thread.join(_JOIN_TIMEOUT_S)
+        if thread.is_alive():
+            logger.warning("status page: the server thread did not stop in %s s", _JOIN_TIMEOUT_S)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        self._port = None
+        self._loop = self._shutdown = None
 
     def __enter__(self) -> StatusServer:
         """Start; `with StatusServer(...) as server:` closes it on leaving."""
