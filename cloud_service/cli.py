@@ -16,6 +16,7 @@ from configkit.cli import (
     SubcommandRegistrar,
     add_log_level_argument,
     build_parser,
+    locate_problems,
     run_cli,
     validate_config_command,
 )
@@ -69,7 +70,14 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     try:
         serve(config, reload_config=lambda: load_config(args.config, CloudServiceConfig))
-    except (DetectionError, ServerBindError, AuthConfigError) as exc:
+    except DetectionError as exc:
+        from detection.model_metadata import model_file_issues
+
+        # the field and YAML line of a missing or unreadable model, as validate-config says it
+        located = locate_problems(args.config, config, model_file_issues)
+        print(f"cloud-service serve: {located or exc}", file=sys.stderr)
+        return 1
+    except (ServerBindError, AuthConfigError) as exc:
         print(f"cloud-service serve: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -29,6 +29,7 @@ __all__ = [
     "ModelCheck",
     "add_log_level_argument",
     "build_parser",
+    "locate_problems",
     "run_cli",
     "validate_config_command",
 ]
@@ -48,6 +49,30 @@ validated config, or in one of its top-level sections, as `(key path, message)` 
 def _issue_at(loaded: LoadedYaml, path: KeyPath, message: str) -> ConfigIssue:
     pos = loaded.position_of(path)
     return ConfigIssue(loaded.file, pos.line, pos.column, format_key_path(path), message)
+
+
+def locate_problems(
+    path: str | Path, config: BaseModel, checks: ModelCheck | Sequence[ModelCheck]
+) -> ConfigError | None:
+    """The problems `checks` find in `config`, the validated content of the file `path`, each
+    placed at its YAML line as `validate-config` reports it; None when there are none (or the
+    file cannot be read again). For `run` / `serve` when a model fails to load: the bare error
+    names the file, this names the field and the line that gave it."""
+    try:
+        loaded = parse_yaml(Path(path).read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, ConfigError):
+        return None
+    check_list = [checks] if callable(checks) else list(checks)
+    issues = [
+        _issue_at(loaded, where, message)
+        for check in check_list
+        for where, message in check(config)
+    ]
+    return (
+        ConfigError(sorted(issues, key=lambda issue: (issue.line, issue.column)))
+        if issues
+        else None
+    )
 
 
 def _secret_issues(

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from configkit.cli import locate_problems
 from configkit.secrets import SecretError
 from configkit.signals import set_on_signals, stop_on_signals
 from configkit.yaml_loader import ConfigError, load_config
 from detection.errors import DetectionError
+from detection.model_metadata import model_file_issues
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.metrics import EdgeMetrics, start_edge_metrics_exporter
 from edge_agent.pipeline import EdgeAgent
@@ -177,7 +179,9 @@ def _run(
     try:
         agent = EdgeAgent.from_config(config, environ=environ, metrics=metrics)
     except DetectionError as exc:
-        say(f"edge-agent run: cannot load the detector: {exc}\n")
+        # the field and YAML line of a missing or unreadable model, as validate-config says it
+        located = locate_problems(config_path, config, model_file_issues)
+        say(f"edge-agent run: cannot load the detector: {located or exc}\n")
         return EXIT_FAILED
     except SecretError as exc:
         say(f"edge-agent run: cannot read a secret: {exc}\n")
