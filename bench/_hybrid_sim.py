@@ -1,9 +1,10 @@
 """Offline edge–cloud hybrid simulation on generated scenes, on simulated time.
 
 The real pieces run frame by frame (time is `frame_index / fps`): the edge detector's output,
-`CameraTracker`, `RuleEngine`, `FrameSignals` + `EscalationPolicy` with its budget,
-`request_for_decision` (the real JPEG bytes), the cloud's `DetectorFrameProcessor` on those
-requests (whole frame or crops, mapped back to source pixels), `detections_from_result`, and
+`CameraTracker`, `RuleEngine`, `FrameSignals` + `EscalationPolicy` with its budget, the video
+uplink's encoder (`CameraUplinks`, the real H.264/HEVC packets) or `request_for_decision`'s real
+JPEG bytes, the cloud's `DetectorFrameProcessor` on those requests (decoded video, whole frames
+or crops, mapped back to source pixels), `detections_from_result`, and
 `fuse_answer` after a simulated round trip of `rtt_frames` frames. What is simulated is only the
 clock and the network: an answer to frame `j` is folded in before the tracking of frame
 `j + rtt_frames`, as `EdgeAgent.step` does with whatever answers have come back by then.
@@ -25,9 +26,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Protocol
 
+import av
 import numpy as np
 import numpy.typing as npt
 
+from cloud_service.decoders import BgrImage
+from cloud_service.decoders.video import SUPPORTED_CODECS, VideoSessions
 from cloud_service.processor import DetectorFrameProcessor, ModelInfo
 from detection.config import DetectorConfig
 from detection.detections import Detections
@@ -50,6 +54,7 @@ from edge_agent.escalation import (
     request_for_decision,
 )
 from edge_agent.escalation.encode import detections_from_result
+from edge_agent.escalation.uplink import CameraUplinks
 from edge_agent.pipeline.core import CameraPipeline
 from edge_agent.rules import RuleEvent
 from edge_agent.tracking import CameraTracker, NoEmbedder
@@ -207,9 +212,44 @@ class SceneData:
         """Frames simulated."""
         return len(self.edge)
 
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of the camera's own H.264 stream over the frames simulated (see
+        `camera_stream_bytes`): the uplink's baseline, streaming the camera to the cloud."""
+        return camera_stream_bytes(self.scene.video, self.n_frames)
+
     def frames(self) -> Iterator[npt.NDArray[np.uint8]]:
         """The decoded frames, in order."""
         return read_frames(str(self.scene.video), self.n_frames)
+
+
+_STREAM_BYTES: dict[tuple[str, int], int] = {}
+
+
+def camera_stream_bytes(video: Path, frames: int) -> int:
+    """The H.264 bytes of the first `frames` frames of `video`, packet by packet (no container).
+
+    Every clip the benches use is H.264 as a camera would send it, made the same way for the
+    test world (`testbed.scenes.writer`) and for real footage (`testbed.media.sample_clip`):
+    libx264 `veryfast`, CRF 20, main profile, no B-frames, a keyframe every second. That is the
+    baseline of the uplink: what streaming the camera to the cloud costs.
+    """
+    key = (str(video), frames)
+    if key not in _STREAM_BYTES:
+        total = counted = 0
+        with av.open(str(video)) as container:
+            stream = container.streams.video[0]
+            if stream.codec_context.name != "h264":
+                raise ValueError(f"{video} is {stream.codec_context.name}, not H.264")
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue  # the demuxer's flush packet
+                if counted >= frames:
+                    break
+                total += packet.size
+                counted += 1
+        _STREAM_BYTES[key] = total
+    return _STREAM_BYTES[key]
 
 
 def _events_camera(scene: Scene, cache_dir: Path) -> CameraConfig:
@@ -423,10 +463,14 @@ class CloudAnswers(DetectionsCache):
         self.data = data
         self._factory = processor or (lambda: cloud_processor(threads))
         self._processor: tuple[DetectorFrameProcessor, Closeable] | None = None
+        self._videos = VideoSessions()
+        self._chains: dict[str, hashlib._Hash] = {}
 
     def answer(self, request: pb.FrameRequest) -> Detections:
         """The detections (edge class ids, threshold `CACHE_THRESHOLD`) the cloud returns."""
         frame_id = int(request.frame_id)
+        if request.HasField("video"):
+            return self._video_answer(request)
         if request.jpeg and request.jpeg_quality == self.data.jpeg_quality:
             return self.data.cloud[frame_id]
         regions = [(r.x1, r.y1, r.x2, r.y2) for r in request.regions]
@@ -434,10 +478,35 @@ class CloudAnswers(DetectionsCache):
         return self.get(key, lambda: self._run(request))
 
     def _run(self, request: pb.FrameRequest) -> Detections:
+        (result,) = self._service()[0].process([request])
+        return detections_from_result(result, self.data.class_names)
+
+    def _service(self) -> tuple[DetectorFrameProcessor, Closeable]:
         if self._processor is None:
             self._processor = self._factory()
-        (result,) = self._processor[0].process([request])
-        return detections_from_result(result, self.data.class_names)
+        return self._processor
+
+    def _video_answer(self, request: pb.FrameRequest) -> Detections:
+        """The answer on the decoded video packet, decoded as the service does (its session's
+        decoder, packet after packet) and cached under the hash of every packet of the session
+        so far: the picture depends on the whole chain, so a cached answer is exact."""
+        video = request.video
+        if video.keyframe:
+            self._chains[video.session] = hashlib.sha256()
+        chain = self._chains[video.session]
+        chain.update(hashlib.sha256(video.data).digest())
+        key = f"{request.frame_id}|{video.codec}|{chain.hexdigest()[:24]}"
+        # decoded whether or not the answer is cached: the next packet references this one
+        picture = self._videos.decode(request.agent_id, request.camera_id, video)
+
+        def detect() -> Detections:
+            processor = DetectorFrameProcessor(
+                self._service()[0].models, videos=DecodedPicture(picture)
+            )
+            (result,) = processor.process([request])
+            return detections_from_result(result, self.data.class_names)
+
+        return self.get(key, detect)
 
     def close(self) -> None:
         """Save, and release the cloud detector."""
@@ -445,6 +514,20 @@ class CloudAnswers(DetectionsCache):
         if self._processor is not None:
             self._processor[1].close()
             self._processor = None
+
+
+class DecodedPicture:
+    """A `VideoDecoder` that hands the processor a picture decoded beforehand (any request
+    with a `video` field then detects on exactly that picture)."""
+
+    codecs = SUPPORTED_CODECS
+
+    def __init__(self, picture: npt.NDArray[np.uint8]) -> None:
+        self._picture = picture
+
+    def decode(self, agent_id: str, camera_id: str, packet: pb.VideoPacket) -> BgrImage:
+        """The picture given at construction."""
+        return self._picture
 
 
 class EdgeCrops(DetectionsCache):
@@ -496,6 +579,9 @@ class Variant:
     `oracle=True` is the ceiling of the machinery: every answer is the frame's ground truth
     (visible boxes at score 1; fusion keeps those centred in the regions of a crop request),
     with the same budget, round trip and bytes. What it leaves to gain is the cloud model's part.
+    `stream=True` (cloud mode) streams the camera to the cloud: the uplink is the camera's own
+    H.264 stream (`SceneData.stream_bytes`), and the cloud's boxes are those on every frame as
+    cloud-only sees it (the JPEG at `jpeg_quality` of the decoded frame).
     """
 
     name: str
@@ -507,6 +593,7 @@ class Variant:
     oracle: bool = False
     group: str = ""
     is_default: bool = False
+    stream: bool = False  # cloud mode only: the camera's H.264 stream is the uplink
 
 
 @dataclass
@@ -526,6 +613,7 @@ class SimRun:
     created_ids: set[int] = field(default_factory=set)  # track ids fusion started
     loop_ms: list[float] = field(default_factory=list)  # per frame: detector + loop work
     encode_ms: list[float] = field(default_factory=list)  # per sent frame
+    keyframes: int = 0  # video uplink keyframes among the sent frames
 
 
 def reported_ids(run: SimRun) -> set[int]:
@@ -604,6 +692,8 @@ def simulate(
     rtt_s = variant.rtt_frames / data.fps
     in_flight: list[_InFlight] = []
     run = SimRun()
+    uplinks = CameraUplinks(config.uplink, camera_budget_bytes_per_s=config.per_camera_bytes_per_s)
+    codecs = frozenset({config.uplink.codec})  # the simulated cloud decodes what is configured
     for index, image in enumerate(data.frames()):
         clock.now_s = now = index / data.fps
         started = time.perf_counter()
@@ -642,12 +732,15 @@ def simulate(
             run.encode_ms.append((time.perf_counter() - started) * 1000.0)
             run.sent += 1
             run.sent_frames.append(index)
-            run.bytes_sent += payload_bytes(request)
+            run.bytes_sent += 0 if variant.stream else payload_bytes(request)
             continue
         if decision is None or not decision.send:
             continue
         assert decider is not None  # noqa: S101 (a decision comes from it)
         started = time.perf_counter()
+        video = None
+        if decision.mode == "frame":  # the agent's stage: whole frames go as video packets
+            video = uplinks.encode(CAMERA, image, now, stream_id=1, codecs=codecs)
         request = request_for_decision(
             image,
             decision,
@@ -657,8 +750,10 @@ def simulate(
             capture_time_s=SCENE_START_S + now,
             jpeg_quality=config.jpeg_quality,
             region_jpeg_quality=config.regions.jpeg_quality,
+            video=video,
         )
         run.encode_ms.append((time.perf_counter() - started) * 1000.0)
+        run.keyframes += int(video is not None and video.keyframe)
         n_bytes = payload_bytes(request)
         decider.record_encoded(CAMERA, decision, n_bytes, payload_pixels(request))
         run.sent += 1
@@ -673,6 +768,8 @@ def simulate(
             assert answers is not None  # noqa: S101 (checked above for hybrid)
             cloud = above(answers.answer(request), variant.cloud_threshold)
         in_flight.append(_InFlight(index + variant.rtt_frames, index, cloud))
+    if variant.stream:
+        run.bytes_sent = data.stream_bytes
     run.events += pipeline.withdrawn()
     run.fusion = pipeline.counters.fusion
     run.focus_crops = pipeline.counters.focus_crops

@@ -62,11 +62,19 @@ UNTRUSTED = "budget, trust off"  # the second budget curve: fusion without its t
 ORACLE = "oracle"  # the third: the same machinery with a cloud that answers the ground truth
 
 
-def _budget(frames_per_s: float, **updates: Any) -> EscalationConfig:
+def _budget(frames_per_s: float, *, video: bool = False, **updates: Any) -> EscalationConfig:
     """Default escalation settings with a per-camera = per-agent frame budget and `updates`
-    (nested sections as dicts of their fields)."""
+    (nested sections as dicts of their fields).
+
+    Without `video` the uplink is JPEG (`uplink.codec: jpeg`): the cloud's answers to whole
+    JPEG frames are cached per frame, where answers to video packets are computed per run (a
+    decoded picture depends on every packet before it). The settings rows compare with the
+    JPEG row at the same budget; the video uplink has its own rows (the budget curve, `uplink`).
+    """
     document = DEFAULTS.model_dump()
     document.update(per_camera_frames_per_s=frames_per_s, per_agent_frames_per_s=frames_per_s)
+    if not video:
+        document["uplink"] = {**document["uplink"], "codec": "jpeg"}
     return EscalationConfig.model_validate(_merged(document, updates))
 
 
@@ -93,15 +101,34 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
     out = [
         Variant("edge only", "edge", group="reference", **common),
         Variant("cloud only", "cloud", group="reference", **common),
+        Variant("stream to cloud", "cloud", group="reference", stream=True, **common),
     ]
     for fps in BUDGETS:
         out.append(
             Variant(
                 f"hybrid {fps:g} f/s",
                 "hybrid",
-                _budget(fps),
+                _budget(fps, video=True),
                 group="budget",
                 is_default=fps == default_fps,
+                **common,
+            )
+        )
+    # The uplink's encodings at the default budget (the JPEG row is the previous default).
+    uplinks: list[tuple[str, dict[str, Any]]] = [
+        ("JPEG uplink", {"uplink": {"codec": "jpeg"}}),
+        ("H.264 CRF 23", {"uplink": {"crf": 23}}),
+        ("H.264 CRF 33", {"uplink": {"crf": 33}}),
+        ("HEVC CRF 28", {"uplink": {"codec": "hevc"}}),
+        ("H.264 at half width", {"uplink": {"max_width": 320}}),
+    ]
+    for label, updates in uplinks:
+        out.append(
+            Variant(
+                f"hybrid {default_fps:g} f/s, {label}",
+                "hybrid",
+                _budget(default_fps, video=True, **updates),
+                group="uplink",
                 **common,
             )
         )
@@ -284,8 +311,14 @@ class Summary:
 
     @property
     def kbytes_per_s(self) -> float:
-        """JPEG kilobytes sent per second of video."""
+        """Uplink kilobytes (JPEG or video) sent per second of video."""
         return sum(c.run.bytes_sent for c in self.cells) / 1000.0 / max(self.seconds, 1e-9)
+
+    @property
+    def camera_share(self) -> float:
+        """The uplink's bytes over those of the cameras' own H.264 streams."""
+        stream = sum(c.scene.stream_bytes for c in self.cells)
+        return sum(c.run.bytes_sent for c in self.cells) / stream if stream else math.nan
 
     @property
     def map50(self) -> float:
@@ -379,17 +412,19 @@ def main_table(summaries: Sequence[Summary]) -> str:
     cloud = next(s for s in summaries if s.variant.mode == "cloud")
     edge = next(s for s in summaries if s.variant.mode == "edge")
     lines = [
-        "| variant | escalated | as crops | KB/s | mAP50 | ×cloud | gap closed | F1 | ×cloud "
-        "| IDF1 | ×cloud | MOTA | alerts P | alerts R | ×cloud | edge loop ms (p95) "
-        "| encode ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| variant | escalated | as crops | KB/s | of camera | mAP50 | ×cloud | gap closed "
+        "| F1 | ×cloud | IDF1 | ×cloud | MOTA | alerts P | alerts R | ×cloud "
+        "| edge loop ms (p95) | encode ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---:|",
     ]
     for s in summaries:
         gap = cloud.map50 - edge.map50
         closed = (s.map50 - edge.map50) / gap if gap > 0 else math.nan
         lines.append(
             f"| {_label(s)} | {_pct(s.share)} | {_pct(s.region_share, 0)} "
-            f"| {s.kbytes_per_s:.0f} | {_f(s.map50)} | {_pct(_ratio(s.map50, cloud.map50))} "
+            f"| {s.kbytes_per_s:.1f} | {_pct(s.camera_share)} "
+            f"| {_f(s.map50)} | {_pct(_ratio(s.map50, cloud.map50))} "
             f"| {_pct(closed, 0)} | {_f(s.f1)} | {_pct(_ratio(s.f1, cloud.f1))} "
             f"| {_f(s.idf1)} | {_pct(_ratio(s.idf1, cloud.idf1))} | {_f(s.mota)} "
             f"| {_f(s.alert_precision, 2)} | {_f(s.alert_recall, 2)} "
@@ -472,7 +507,9 @@ def verdict(summaries: Sequence[Summary]) -> str:
         ]
         lines.append(
             f"Targets at the default ({_pct(default.share)} of frames, "
-            f"{_pct(_ratio(default.kbytes_per_s, cloud.kbytes_per_s))} of cloud-only's bytes): "
+            f"{_pct(default.camera_share)} of the cameras' own H.264 bytes, "
+            f"{_pct(_ratio(default.kbytes_per_s, cloud.kbytes_per_s))} of cloud-only's JPEG "
+            "bytes): "
             f"closes {_pct((default.map50 - edge.map50) / gap if gap > 0 else math.nan, 0)} of "
             f"the edge→cloud mAP50 gap (target >= 50 %); below edge-only on "
             f"{', '.join(below) if below else 'no preset'}; alert recall "
@@ -528,6 +565,63 @@ def verdict(summaries: Sequence[Summary]) -> str:
             f"F1 and alert recall at <= {TARGET_SHARE:.0%} of frames)."
         )
     return "\n\n".join(lines)
+
+
+def plot_uplink(summaries: Sequence[Summary], path: Path, title: str = "") -> None:
+    """Share of the edge→cloud mAP50 gap closed against the uplink as a share of the cameras'
+    own H.264 streams (log scale), every variant, with streaming the cameras to the cloud."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cloud = next(s for s in summaries if s.variant.mode == "cloud" and not s.variant.stream)
+    edge = next(s for s in summaries if s.variant.mode == "edge")
+    gap = cloud.map50 - edge.map50
+
+    def closed(s: Summary) -> float:
+        return 100.0 * (s.map50 - edge.map50) / gap if gap > 0 else math.nan
+
+    groups: list[tuple[str, str, str, Callable[[Summary], bool]]] = [
+        ("budgets, video uplink", "o-", "tab:blue", lambda s: s.variant.group == "budget"),
+        (
+            "encodings at the default budget",
+            "s",
+            "tab:purple",
+            lambda s: s.variant.group == "uplink",
+        ),
+        ("settings (JPEG uplink)", "x", "tab:grey", lambda s: s.variant.group == "policy"),
+        ("budgets, trust off (JPEG)", "^", "tab:orange", lambda s: s.variant.group == UNTRUSTED),
+        ("stream to cloud / cloud only", "*", "black", lambda s: s.variant.mode == "cloud"),
+    ]
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=90)
+    for label, style, colour, keep in groups:
+        points = [s for s in summaries if keep(s) and not s.variant.oracle and s.camera_share > 0]
+        if not points:
+            continue
+        xs = [100.0 * s.camera_share for s in points]
+        ys = [closed(s) for s in points]
+        ax.plot(xs, ys, style, color=colour, ms=6, label=label)
+        for s, x, y in zip(points, xs, ys, strict=True):
+            if s.variant.group in ("budget", "uplink") or s.variant.mode == "cloud":
+                ax.annotate(s.variant.name.replace("hybrid ", ""), (x, y), fontsize=6,
+                            textcoords="offset points", xytext=(4, -8))  # fmt: skip
+    default = next((s for s in summaries if s.variant.is_default), None)
+    if default is not None:
+        ax.scatter([100.0 * default.camera_share], [closed(default)], marker="*", s=240,
+                   color="tab:blue", edgecolor="black", zorder=5, label="default")  # fmt: skip
+    ax.axvline(10.0, color="red", ls=":", lw=1, label="10 % of the camera's stream")
+    ax.axhline(0.0, color="grey", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("uplink, % of the cameras' own H.264 bytes (log)")
+    ax.set_ylabel("edge→cloud mAP50 gap closed (%)")
+    ax.set_title(title or "gap closed against uplink bytes")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def plot(summaries: Sequence[Summary], path: Path) -> None:
@@ -615,6 +709,7 @@ def records(summaries: Sequence[Summary]) -> list[dict[str, Any]]:
                 "group": s.variant.group,
                 "escalated_fraction": _number(s.share),
                 "kb_per_s": _number(s.kbytes_per_s),
+                "camera_stream_fraction": _number(s.camera_share),
                 "map50": _number(s.map50),
                 "f1": _number(s.f1),
                 "idf1": _number(s.idf1),
@@ -727,7 +822,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "hybrid_tradeoff.json").write_text(json.dumps(results, indent=1) + "\n")
     if not args.no_plot:
         plot(summaries, args.out / "hybrid_tradeoff.png")
-        print(f"\nplot: {args.out / 'hybrid_tradeoff.png'}")
+        plot_uplink(summaries, args.out / "hybrid_tradeoff_uplink.png")
+        print(f"\nplots: {args.out / 'hybrid_tradeoff.png'}, hybrid_tradeoff_uplink.png")
     return 0
 
 

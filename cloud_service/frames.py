@@ -17,7 +17,7 @@ import grpc
 
 from cloud_service.convert import map_to_source
 from cloud_service.decoders import BgrImage, DecodeError, Decoder
-from cloud_service.decoders.video import VideoRejected, VideoSessions
+from cloud_service.decoders.video import VideoDecoder, VideoRejected
 from detection.detections import Detections
 from protos.analytics.v1 import analytics_pb2 as pb
 
@@ -149,7 +149,7 @@ def assemble_frame(
 
 
 def decode_video(
-    request: pb.FrameRequest, videos: VideoSessions | None
+    request: pb.FrameRequest, videos: VideoDecoder | None
 ) -> BgrImage | FrameRejected:
     """The whole frame of a `video` request from its session's decoder, or its rejection."""
     if videos is None:
@@ -167,7 +167,7 @@ def decode_video(
 def prepare_frames(
     requests: Sequence[pb.FrameRequest],
     decoder: Decoder,
-    videos: VideoSessions | None = None,
+    videos: VideoDecoder | None = None,
 ) -> list[PreparedFrame | FrameRejected]:
     """Decode every JPEG of `requests` in one decoder call, and every video packet by its
     session in order; a frame or its rejection each.

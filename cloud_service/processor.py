@@ -13,7 +13,7 @@ import grpc
 
 from cloud_service.convert import detections_to_proto, status_to_proto
 from cloud_service.decoders import BgrImage, CpuDecoder, Decoder, JpegLimits
-from cloud_service.decoders.video import VideoSessions
+from cloud_service.decoders.video import VideoDecoder
 from cloud_service.frames import FrameRejected, PreparedFrame, decode_video, prepare_frames
 from cloud_service.models import ModelTable, ServedModel
 from detection.detections import Detections
@@ -123,7 +123,7 @@ class DetectorFrameProcessor:
         *,
         decoder: Decoder | None = None,
         limits: JpegLimits | None = None,
-        videos: VideoSessions | None = None,
+        videos: VideoDecoder | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if decoder is not None and limits is not None and limits != decoder.limits:
@@ -141,7 +141,7 @@ class DetectorFrameProcessor:
         self._clock = clock
 
     @property
-    def videos(self) -> VideoSessions | None:
+    def videos(self) -> VideoDecoder | None:
         """The video uplink decoders (None: this processor takes JPEG only)."""
         return self._videos
 

@@ -294,8 +294,19 @@ def add_cloud_rows(t: SummaryTable, agent: EdgeAgent, frames: int, stream_bytes:
         t.add(
             "bytes sent to cloud",
             f"{bytes_sent / 1024:.0f} KiB ({bytes_sent / max(sent, 1) / 1024:.1f} KiB/frame; "
-            f"{100.0 * bytes_sent / max(stream_bytes, 1):.0f}% of the camera's H.264 stream)",
+            f"{100.0 * bytes_sent / max(stream_bytes, 1):.1f}% of the camera's H.264 stream)",
         )
+        stage = agent.escalation
+        if stage is not None:
+            up = stage.uplinks.counters
+            t.add(
+                "uplink encoding",
+                f"{up.video_frames} frames as {stage.config.uplink.codec} "
+                f"({up.keyframes} keyframes, {up.keyframes_asked} asked for), "
+                f"{up.jpeg_not_announced + up.jpeg_encoder_failed} whole frames as JPEG "
+                f"(replica without the codec: {up.jpeg_not_announced}, encoder failed: "
+                f"{up.jpeg_encoder_failed})",
+            )
     f = worker.counters.fusion
     t.add("answers fused", f"{f.answers} ({f.late} too late)")
     t.add("tracks by fusion", f"{f.confirmed} confirmed, {f.reclassified} reclassified, "

@@ -22,6 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import av
 import grpc
@@ -44,6 +45,20 @@ logger = logging.getLogger(__name__)
 SUPPORTED_CODECS = ("h264", "hevc")
 
 SessionKey = tuple[str, str, str]
+
+
+class VideoDecoder(Protocol):
+    """What the frame processor decodes `FrameRequest.video` with (`VideoSessions` on the CPU;
+    an NVDEC implementation would be a second one)."""
+
+    @property
+    def codecs(self) -> tuple[str, ...]:
+        """The codecs it decodes (announced to the edges)."""
+        ...
+
+    def decode(self, agent_id: str, camera_id: str, packet: pb.VideoPacket) -> BgrImage:
+        """The BGR picture of `packet`, or `VideoRejected`."""
+        ...
 
 
 class VideoRejected(Exception):

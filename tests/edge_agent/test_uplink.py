@@ -227,3 +227,16 @@ def test_an_encoder_failure_sends_jpeg_and_warns_once_per_camera(
     assert uplinks.counters.jpeg_encoder_failed == 3
     packet = uplinks.encode("cam", scene(0), 1.0, stream_id=1, codecs=H264)
     assert packet is not None and packet.keyframe
+
+
+def test_a_frame_libx264_refuses_goes_as_jpeg_and_the_camera_goes_on_with_a_keyframe() -> None:
+    """A real encoder failure (libx264 opens no encoder for a 16x20000 picture): that frame is
+    JPEG, the next one starts a new session."""
+    uplinks = CameraUplinks(UplinkConfig(), camera_budget_bytes_per_s=BUDGET)
+    first = uplinks.encode("cam", scene(0), 0.0, stream_id=1, codecs=H264)
+    refused = np.zeros((16, 20_000, 3), np.uint8)
+    assert uplinks.encode("cam", refused, 0.5, stream_id=1, codecs=H264) is None
+    assert uplinks.counters.jpeg_encoder_failed == 1
+    after = uplinks.encode("cam", scene(1), 1.0, stream_id=1, codecs=H264)
+    assert first is not None and after is not None
+    assert after.keyframe and after.session != first.session
