@@ -240,7 +240,10 @@ def build_service(config: CloudServiceConfig) -> CloudService:
         )
     engine = cast(SerializedDetector, stable.detector).engine
     decoder = create_decoder(config.decoder)
-    metrics = ServiceMetrics(max_stream_labels=config.metrics.max_stream_labels)
+    metrics = ServiceMetrics(
+        max_stream_labels=config.metrics.max_stream_labels,
+        stream_label_idle_s=config.metrics.stream_label_idle_s,
+    )
     videos = video_sessions(config.decoder, metrics)
     processor = DetectorFrameProcessor(models, decoder=decoder, videos=videos)
     batcher = DynamicBatcher(processor, batching_for(engine, config.batching), metrics=metrics)
@@ -311,6 +314,13 @@ def _reload_on_hangup(
         service.reload(config)
 
 
+def startup_line(config: CloudServiceConfig, service: CloudService) -> str:
+    """The start-up log line, naming the models as loaded (the name and version a model file
+    gives itself), not the config's `<metadata>` placeholders."""
+    served = ", ".join(f"{model.info.name}:{model.version()}" for model in service.models.models)
+    return f"cloud service: {config.summary(served)} (port {service.port})"
+
+
 def serve(
     config: CloudServiceConfig, *, reload_config: Callable[[], CloudServiceConfig] | None = None
 ) -> None:
@@ -320,7 +330,7 @@ def serve(
     (`CloudService.reload`) while serving.
     """
     service = build_service(config)
-    logger.info("cloud service: %s (port %s)", config.summary(), service.port)
+    logger.info("%s", startup_line(config, service))
     exporter: MetricsExporter | None = None
     stop, hangup = threading.Event(), threading.Event()
     reloader: threading.Thread | None = None

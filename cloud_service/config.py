@@ -296,8 +296,18 @@ class CloudMetricsConfig(MetricsConfig):
         ge=1,
         le=1_000_000,
         description=(
-            "Distinct (agent_id, camera_id) label pairs of `frames_total`; later ones count as "
+            "Distinct (agent_id, camera_id) label pairs of `frames_total` at once; a new pair "
+            "past that takes the slot of one silent for `stream_label_idle_s`, else counts as "
             "`other`, so no client can grow the series without bound."
+        ),
+    )
+    stream_label_idle_s: float = Field(
+        default=600.0,
+        ge=0.0,
+        le=86_400.0,
+        description=(
+            "Silence after which a stream key's label slot may go to a new key (its series "
+            "are removed); 0: the least recently answered key always makes room."
         ),
     )
 
@@ -419,13 +429,13 @@ class CloudServiceConfig(StrictModel):
             )
         return self
 
-    def summary(self) -> str:
-        """One line for `validate-config`; a name or version left to the model reads
-        `<metadata>` (the model's own is known once it loads)."""
+    def summary(self, served: str | None = None) -> str:
+        """One line for `validate-config` and start-up; a name or version left to the model
+        reads `<metadata>` unless `served` gives what the loaded models say (`name:version`)."""
         name = self.model_name or "<metadata>"
         version = self.model_version or "<metadata>"
         return (
-            f"model {name}:{version} on {self.engine.runtime.type}, "
+            f"model {served or f'{name}:{version}'} on {self.engine.runtime.type}, "
             f"decoder {self.decoder.type}, max batch {self.batching.max_batch_size}, "
             f"listening on {self.server.listen_address}"
         )

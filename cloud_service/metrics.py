@@ -16,17 +16,27 @@ Names (all prefixed `cloud_service_`):
 - `frame_streams` / `frame_streams_limit` (gauges): frame streams open, and the most this replica
   serves at once (`server.worker_threads - server.reserved_threads`; 0 when unlimited);
   `frame_streams_refused_total` (counter): streams refused RESOURCE_EXHAUSTED at that limit.
+- `log_lines_suppressed_total{event}` (counter): repeated client-driven WARNING lines
+  (`stream_refused`, `malformed_request`) left out by the one-line-per-10-s limit
+  (`configkit.log_limit`); the first line after a quiet spell says how many.
 - `video_packets_total{outcome}` (counter): video uplink packets `decoded`, `reference_lost`
   (answered `keyframe_required`), `corrupt`, `invalid`; `evicted` counts decoders dropped.
 - `frames_total{agent_id, camera_id, code}` (counter): every answer per stream key and status code;
   `rate()` of it gives the per-stream frame rates. The label values are client-chosen, so they
-  are bounded: identities that fail `cloud_service.identity` count as `invalid`, and past
-  `max_stream_labels` distinct (agent, camera) pairs new ones count as `other`.
+  are bounded: identities that fail `cloud_service.identity` count as `invalid`, and at most
+  `max_stream_labels` (agent, camera) pairs hold a label at once. A new pair past that takes the
+  slot of the least recently answered pair if that one has been silent for `stream_label_idle_s`
+  (its series are removed), else it counts as `other`: a flood of made-up ids holds the slots
+  only while it lasts, and a running agent, answered every few seconds, never loses its own;
+  `stream_labels_evicted_total` (counter) counts the slots taken over.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -45,11 +55,19 @@ class ServiceMetrics:
     """The service's metrics, registered in `registry` (a fresh one unless given)."""
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, max_stream_labels: int = 1000
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        max_stream_labels: int = 1000,
+        stream_label_idle_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_stream_labels = max_stream_labels
-        self._stream_labels: set[tuple[str, str]] = set()
+        self.stream_label_idle_s = stream_label_idle_s
+        self._clock = clock
+        # stream key -> (last answered, status codes it has series for); least recent first
+        self._stream_labels: OrderedDict[tuple[str, str], tuple[float, set[str]]] = OrderedDict()
         self._labels_lock = threading.Lock()
         reg = self.registry
         self.queue_time = Histogram(
@@ -107,6 +125,18 @@ class ServiceMetrics:
             ["agent_id", "camera_id", "code"],
             registry=reg,
         )
+        self.log_lines_suppressed = Counter(
+            f"{_PREFIX}log_lines_suppressed",
+            "Log lines left out by the per-event rate limit (stream_refused, malformed_request).",
+            ["event"],
+            registry=reg,
+        )
+        self.stream_labels_evicted = Counter(
+            f"{_PREFIX}stream_labels_evicted",
+            "Label slots of frames_total taken over from a stream key silent for "
+            "stream_label_idle_s (its series removed).",
+            registry=reg,
+        )
 
         self.model_frames = Counter(
             f"{_PREFIX}model_frames",
@@ -127,23 +157,46 @@ class ServiceMetrics:
     ) -> None:
         """Count one answered frame (under bounded labels, see the module docstring), and the
         `(name, version)` of the model that answered it, if one did."""
-        agent, camera = self.stream_labels(agent_id, camera_id)
-        self.frames.labels(agent_id=agent, camera_id=camera, code=code).inc()
+        with self._labels_lock:  # a slot taken over meanwhile must not get a series back
+            agent, camera = self._labels_locked(agent_id, camera_id, code)
+            self.frames.labels(agent_id=agent, camera_id=camera, code=code).inc()
         if model is not None:
             self.model_frames.labels(model=model[0], version=model[1]).inc()
 
     def stream_labels(self, agent_id: str, camera_id: str) -> tuple[str, str]:
-        """The label values `frames_total` uses for this stream key."""
+        """The label values `frames_total` uses for this stream key (and it counts as used)."""
+        with self._labels_lock:
+            return self._labels_locked(agent_id, camera_id, None)
+
+    def _labels_locked(self, agent_id: str, camera_id: str, code: str | None) -> tuple[str, str]:
         if id_problem("agent_id", agent_id) or id_problem("camera_id", camera_id):
             return INVALID_LABEL, INVALID_LABEL
-        key = (agent_id, camera_id)
-        with self._labels_lock:
-            if key in self._stream_labels:
-                return key
-            if len(self._stream_labels) < self.max_stream_labels:
-                self._stream_labels.add(key)
-                return key
-        return OTHER_LABEL, OTHER_LABEL
+        key, now = (agent_id, camera_id), self._clock()
+        slot = self._stream_labels.get(key)
+        if slot is None:
+            if len(self._stream_labels) >= self.max_stream_labels and not self._evict_idle(now):
+                return OTHER_LABEL, OTHER_LABEL
+            slot = (now, set())
+        codes = slot[1]
+        if code is not None:
+            codes.add(code)
+        self._stream_labels[key] = (now, codes)
+        self._stream_labels.move_to_end(key)
+        return key
+
+    def _evict_idle(self, now: float) -> bool:
+        """Free the least recently answered slot if it has been silent long enough."""
+        key, (last, codes) = next(iter(self._stream_labels.items()))
+        if now - last < self.stream_label_idle_s:
+            return False
+        del self._stream_labels[key]
+        for code in codes:
+            try:
+                self.frames.remove(*key, code)
+            except KeyError:  # no series was made for it
+                pass
+        self.stream_labels_evicted.inc()
+        return True
 
     def observe_video_packet(self, outcome: str) -> None:
         """Count one video uplink event (`cloud_service.decoders.video` names them)."""

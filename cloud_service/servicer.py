@@ -20,12 +20,15 @@ from cloud_service.convert import status_to_proto
 from cloud_service.decoders.video import UPLINK_CODECS_METADATA_KEY
 from cloud_service.handlers import MalformedRequest
 from cloud_service.metrics import ServiceMetrics
+from configkit.log_limit import RateLimitedLog
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceServicer
 
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.2
+# refusals and malformed frames are client-driven: one line per kind per interval, counted
+_REPEAT_LOG_INTERVAL_S = 10.0
 # grpc reports a huge time_remaining for calls without a deadline.
 _NO_DEADLINE_S = 365 * 24 * 3600.0
 
@@ -92,13 +95,22 @@ class InferenceServicer(InferenceServiceServicer):
         )
         if metrics is not None:
             metrics.frame_streams_limit.set(max_streams or 0)
+        self._refusal_log = self._repeat_log("stream_refused")
+        self._malformed_log = self._repeat_log("malformed_request")
+
+    def _repeat_log(self, event: str) -> RateLimitedLog:
+        metrics = self._metrics
+        suppressed = (
+            None if metrics is None else metrics.log_lines_suppressed.labels(event=event).inc
+        )
+        return RateLimitedLog(logger, interval_s=_REPEAT_LOG_INTERVAL_S, on_suppressed=suppressed)
 
     def DetectFrame(  # noqa: N802 - gRPC method name
         self, request: pb.FrameRequest | MalformedRequest, context: grpc.ServicerContext
     ) -> pb.FrameResult:
         """Process one frame through the batcher."""
         if isinstance(request, MalformedRequest):
-            logger.warning("DetectFrame from %s: %s", context.peer(), request.message)
+            self._malformed_log.log("DetectFrame from %s: %s", context.peer(), request.message)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         done: Future[pb.FrameResult] = Future()
         self._frames.submit(request, done.set_result, time_remaining_s=_remaining_s(context))
@@ -116,15 +128,17 @@ class InferenceServicer(InferenceServiceServicer):
         health checks (a replica that cannot answer them is dropped by its balancer, streams and
         all) and for unary calls.
         """
+        peer = context.peer() or "an unknown peer"  # gRPC forgets it once a call is cancelled
         with self._streams_lock:
             full = self._max_streams is not None and self._streams >= self._max_streams
             if not full:
                 self._streams += 1
             self._count_streams(refused=full)
         if full:
-            logger.warning(
-                "frame stream from %s refused: this replica serves its maximum of %s streams",
-                context.peer(),
+            self._refusal_log.log(
+                "frame stream from %s refused: this replica serves its maximum of %s streams "
+                "(all refusals: cloud_service_frame_streams_refused_total)",
+                peer,
                 self._max_streams,
             )
             context.abort(
@@ -136,7 +150,7 @@ class InferenceServicer(InferenceServiceServicer):
             # at once, not with the first answer: the edge picks the frames' encoding from it
             context.send_initial_metadata(self._uplink_metadata)
         try:
-            yield from self._stream(request_iterator, context)
+            yield from self._stream(request_iterator, context, peer)
         finally:
             with self._streams_lock:
                 self._streams -= 1
@@ -154,18 +168,19 @@ class InferenceServicer(InferenceServiceServicer):
         self,
         request_iterator: Iterator[pb.FrameRequest | MalformedRequest],
         context: grpc.ServicerContext,
+        peer: str,
     ) -> Iterator[pb.FrameResult]:
         results: queue.Queue[pb.FrameResult | _StreamEnd] = queue.Queue()
         slots = threading.Semaphore(self._max_inflight)
         stop = threading.Event()
         reader = threading.Thread(
             target=self._read_requests,
-            args=(request_iterator, context, results, slots, stop),
-            name=f"frames-reader-{context.peer()}",
+            args=(request_iterator, context, results, slots, stop, peer),
+            name=f"frames-reader-{peer}",
             daemon=True,
         )
         reader.start()
-        logger.info("frame stream from %s opened", context.peer())
+        logger.info("frame stream from %s opened", peer)
         answered, expected = 0, math.inf
         try:
             while answered < expected:
@@ -183,7 +198,7 @@ class InferenceServicer(InferenceServiceServicer):
                 yield item
         finally:
             stop.set()
-            logger.info("frame stream from %s closed after %s results", context.peer(), answered)
+            logger.info("frame stream from %s closed after %s results", peer, answered)
 
     def _read_requests(
         self,
@@ -192,6 +207,7 @@ class InferenceServicer(InferenceServiceServicer):
         results: queue.Queue[pb.FrameResult | _StreamEnd],
         slots: threading.Semaphore,
         stop: threading.Event,
+        peer: str,
     ) -> None:
         """Submit requests while slots are free; end with `_StreamEnd` (half-close or cancel)."""
         submitted = 0
@@ -202,7 +218,7 @@ class InferenceServicer(InferenceServiceServicer):
                         return
                 submitted += 1
                 if isinstance(request, MalformedRequest):  # answered here; the stream goes on
-                    logger.warning("frame stream from %s: %s", context.peer(), request.message)
+                    self._malformed_log.log("frame stream from %s: %s", peer, request.message)
                     results.put(
                         pb.FrameResult(
                             status=status_to_proto(

@@ -157,12 +157,14 @@ class DynamicBatcher:
         """Stop admitting (UNAVAILABLE); run queued frames for up to `grace_s`, then answer the
         rest UNAVAILABLE. Returns at once."""
         with self._cond:
+            again = self._scheduler.draining  # e.g. `close` after the server's drain: no new line
             self._scheduler.start_draining()
             until = self._clock() + max(grace_s, 0.0)
             if self._drain_until_s is None or until < self._drain_until_s:
                 self._drain_until_s = until
             self._cond.notify()
-        logger.info("batcher draining %s queued frames for up to %.1f s", self.depth, grace_s)
+        if not again:
+            logger.info("batcher draining %s queued frames for up to %.1f s", self.depth, grace_s)
 
     def stop(self, grace_s: float) -> None:
         """`begin_drain(grace_s)` and wait for the worker to finish (the batch running at the end
