@@ -58,6 +58,78 @@ class EscalationWeights(StrictModel):
     )
 
 
+class VerificationMemoryConfig(StrictModel):
+    """Per-track verification memory: a track the cloud confirmed is settled, and its doubts
+    (uncertain score, overlap with others) do not make a frame hard again until it changes.
+
+    A busy but settled scene otherwise spends its whole budget re-sending what the cloud
+    already confirmed: on the real demo clip every frame scored hard (uncertain people in the
+    band, crowding) while the cloud agreed with 99 % of the edge's sure tracks. New, tentative
+    and never-verified tracks, small objects and held tracks stay hard as before.
+    """
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Remember which tracks a cloud answer confirmed (or rejected) and leave their "
+            "uncertain-score and crowding signals out of the frame's score while they stay as "
+            "they were; off: every uncertain or crowded box makes the frame hard."
+        ),
+    )
+    max_age_s: float = Field(
+        default=5.0,
+        gt=0.0,
+        le=3_600.0,
+        description="A verification older than this no longer settles a track (re-check it).",
+    )
+    score_drop: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "A settled track whose edge score fell this much below its score at the "
+            "verification is in doubt again."
+        ),
+    )
+    size_change: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=100.0,
+        description=(
+            "A settled track whose box area grew or shrank by more than this fraction since "
+            "the verification (1 + this times, either way) is in doubt again."
+        ),
+    )
+    overlap_rise: float = Field(
+        default=0.3,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "A settled track whose highest IoU with another box rose this much since the "
+            "verification (someone walked in front of it) is in doubt again."
+        ),
+    )
+    pending_s: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=600.0,
+        description=(
+            "Tracks and boxes on a frame sent to the cloud are settled until its answer is "
+            "fused or this long has passed (no answer): asking again meanwhile asks the same."
+        ),
+    )
+    box_iou: float = Field(
+        default=0.2,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "An untracked edge box (no confirmed track) overlapping at least this much a box "
+            "the edge had on a frame the cloud answered within max_age_s is settled: the cloud "
+            "already looked at that very box."
+        ),
+    )
+
+
 class EscalationSignalsConfig(StrictModel):
     """How a frame is scored: signal thresholds, weights and the score that makes it hard."""
 
@@ -87,6 +159,10 @@ class EscalationSignalsConfig(StrictModel):
     )
     weights: EscalationWeights = Field(
         default_factory=EscalationWeights, description="Score of each signal."
+    )
+    verification: VerificationMemoryConfig = Field(
+        default_factory=VerificationMemoryConfig,
+        description="Tracks the cloud confirmed are not a reason to re-send until they change.",
     )
 
 

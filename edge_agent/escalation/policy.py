@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -45,6 +45,11 @@ class TrackLike(Protocol):
     """What the policy reads from a tracker's track (`edge_agent.tracking.track.Track`)."""
 
     @property
+    def track_id(self) -> int:
+        """The track's id (the `tracker_id` of its detections)."""
+        ...
+
+    @property
     def age(self) -> int:
         """Frames since the track started (1 on its first frame)."""
         ...
@@ -62,6 +67,11 @@ class TrackLike(Protocol):
     @property
     def is_held(self) -> bool:
         """Reported on the cloud's word (a confirmation's hold still running)."""
+        ...
+
+    @property
+    def cloud_only(self) -> bool:
+        """Known only from the cloud: the edge never detected it."""
         ...
 
     def to_xyxy(self) -> npt.NDArray[Any]:
@@ -106,23 +116,49 @@ class FrameSignals:
         frame_height: int,
         config: EscalationConfig,
         motion_score: float | None = None,
+        settled: Collection[int] = frozenset(),
+        settled_boxes: Sequence[Box] = (),
+        asked: Collection[int] = frozenset(),
     ) -> FrameSignals:
-        """Signals of a frame from its detections (after tracking) and the tracker's tracks."""
+        """Signals of a frame from its detections (after tracking) and the tracker's tracks.
+
+        `settled`: ids of the tracks the cloud verified that have not changed since, or that
+        are on a frame sent and not answered yet (`VerificationMemory.settled`); their
+        uncertain scores, crowding, small size, being tentative or just lost are not signals:
+        the cloud resolved them or is resolving them. An untracked box overlapping one of
+        `settled_boxes` (untracked boxes the cloud recently looked at) is settled too. A track
+        held on the cloud's word that the edge never saw stays a signal (too small or faint
+        for the edge: only the cloud keeps it) unless `asked` (on a frame awaiting its answer);
+        one the edge saw and lost is settled while its verification holds.
+        """
         low, high = config.uncertain_confidence_low, config.uncertain_confidence_high
         # Boxes below the uncertain band (the tracker's low-score second pass keeps them) are
         # noise to the policy: counted, they made nearly every frame "hard" (bench.hybrid_tradeoff).
         keep = detections.confidence >= low
         xyxy = detections.xyxy[keep].astype(np.float64)
         confidence = detections.confidence[keep]
-        uncertain = confidence < high
+        unsettled = _unsettled(
+            detections.tracker_id[keep],
+            xyxy,
+            settled,
+            settled_boxes,
+            config.signals.verification.box_iou,
+        )
+        uncertain = (confidence < high) & unsettled
         areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
         frame_area = float(frame_width * frame_height)
-        small = areas < config.signals.small_object_area_fraction * frame_area
+        small = (areas < config.signals.small_object_area_fraction * frame_area) & unsettled
         best_iou = _max_iou_per_box(xyxy)
-        crowded = best_iou >= config.signals.crowding_iou
+        crowded = (best_iou >= config.signals.crowding_iou) & unsettled
         new = [t for t in tracks if t.age <= 1]
-        tentative = [t for t in tracks if t.is_tentative and t.age > 1]
-        lost = [t for t in tracks if t.time_since_update == 1 and not t.is_tentative]
+        tentative = [
+            t for t in tracks if t.is_tentative and t.age > 1 and t.track_id not in settled
+        ]
+        lost = [
+            t
+            for t in tracks
+            if t.time_since_update == 1 and not t.is_tentative and t.track_id not in settled
+        ]
         # Held on the cloud's word alone: only the cloud sees them, so only it can keep them
         # (the DDS feedback region: crops go where the last answer found what the edge missed).
         held = [
@@ -130,6 +166,8 @@ class FrameSignals:
             for t in tracks
             if t.time_since_update > 1
             and t.is_held
+            and t.track_id not in asked
+            and (t.cloud_only or t.track_id not in settled)
             and _centre_inside(_track_box(t), frame_width, frame_height)
         ]
         return cls(
@@ -146,6 +184,35 @@ class FrameSignals:
             held_tracks=tuple(_track_box(t) for t in held),
             motion_score=motion_score,
         )
+
+
+def _unsettled(
+    tracker_id: npt.NDArray[np.int64],
+    xyxy: npt.NDArray[np.float64],
+    settled: Collection[int],
+    settled_boxes: Sequence[Box],
+    box_iou: float,
+) -> npt.NDArray[np.bool_]:
+    """Per box: not settled by the verification memory (see `FrameSignals.from_frame`)."""
+    done = np.isin(tracker_id, np.fromiter(settled, dtype=np.int64, count=len(settled)))
+    untracked = tracker_id < 0
+    if settled_boxes and untracked.any():
+        others = np.asarray(settled_boxes, dtype=np.float64).reshape(-1, 4)
+        done[untracked] = _best_iou(xyxy[untracked], others) >= box_iou
+    return ~done
+
+
+def _best_iou(
+    boxes: npt.NDArray[np.float64], others: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """For each of `boxes`, its highest IoU with any of `others`."""
+    ax1, ay1, ax2, ay2 = boxes.T
+    bx1, by1, bx2, by2 = others.T
+    w = np.maximum(np.minimum.outer(ax2, bx2) - np.maximum.outer(ax1, bx1), 0.0)
+    h = np.maximum(np.minimum.outer(ay2, by2) - np.maximum.outer(ay1, by1), 0.0)
+    inter = w * h
+    union = np.add.outer((ax2 - ax1) * (ay2 - ay1), (bx2 - bx1) * (by2 - by1)) - inter
+    return np.asarray((inter / np.maximum(union, 1e-12)).max(axis=1), dtype=np.float64)
 
 
 def _boxes(xyxy: npt.NDArray[np.float64]) -> tuple[Box, ...]:

@@ -18,7 +18,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from detection.detections import Detections
 from detection.slicing import Tile
@@ -26,6 +29,7 @@ from edge_agent.capture import CapturedFrame
 from edge_agent.config.camera import CameraConfig
 from edge_agent.config.escalation import EscalationConfig, FocusConfig, FusionConfig
 from edge_agent.escalation.policy import EscalationDecision, FrameSignals
+from edge_agent.escalation.verification import VerificationMemory
 from edge_agent.pipeline.focus import FocusPlan, merge_focus, plan_focus
 from edge_agent.pipeline.motion import MotionGate
 from edge_agent.pipeline.rate import FrameRateLimiter
@@ -48,6 +52,15 @@ ESCALATED_KEPT = 256  # frames awaiting an answer, per camera (more than any in-
 HINTS_KEPT = 64  # cloud hints looked at, per camera (the newest; max_crops bounds the crops)
 
 logger = logging.getLogger(__name__)
+
+
+def _untracked(tracked: Detections, low: float) -> tuple[Box, ...]:
+    """The boxes of a tracked frame scoring `low` or more that no confirmed track owns."""
+    return _boxes(tracked.xyxy[(tracked.tracker_id < 0) & (tracked.confidence >= low)])
+
+
+def _boxes(rows: npt.NDArray[np.floating[Any]]) -> tuple[Box, ...]:
+    return tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in rows)
 
 
 class Escalator(Protocol):
@@ -151,6 +164,12 @@ class CameraPipeline:
         # cloud boxes no track explained, looked at closer until a tracker frame index
         self._hints: list[tuple[int, CloudHint]] = []
         self._previous_gray: GrayImage | None = None  # the last analysed frame, for optical flow
+        # tracks the cloud verified, settled for the escalation policy until they change
+        self.verification = (
+            VerificationMemory(escalator.config.signals.verification, config.target_fps)
+            if escalator is not None
+            else None
+        )
 
     # ---- the frame loop ------------------------------------------------------------------------
 
@@ -220,6 +239,14 @@ class CameraPipeline:
         decision = self._decide(frame, tracked)
         if decision is not None and decision.send:
             self._remember(frame.index, decision.regions)
+            if self.verification is not None:
+                tracker = self.tracker.tracker
+                self.verification.sent(
+                    frame.index,
+                    _untracked(tracked, self.escalator_low()),
+                    [t.track_id for t in tracker.tracks],
+                    tracker.frame_index,
+                )
             self.counters.escalated += 1
         decided_at = self._timer()
         self.counters.analysed += 1
@@ -255,6 +282,12 @@ class CameraPipeline:
             trust=self.cloud_trust,
         )
         self.counters.fusion.add(result)
+        if self.verification is not None and not result.dropped_late:
+            tracker = self.tracker.tracker
+            self.verification.answered(
+                frame_index, regions, tracker.frame_index, _boxes(cloud.xyxy)
+            )
+            self.verification.record(tracker.tracks, result.verified, tracker.frame_index)
         if self.focus is not None and self.focus.cloud_hints and result.unexplained:
             until = self.tracker.tracker.frame_index + max(
                 1, round(self.focus.hint_ms / 1000.0 * self.config.target_fps)
@@ -290,17 +323,29 @@ class CameraPipeline:
 
     # ---- internals -----------------------------------------------------------------------------
 
+    def escalator_low(self) -> float:
+        """The lower end of the escalation's uncertain band (boxes below it are no signal)."""
+        return self.escalator.config.uncertain_confidence_low if self.escalator else 0.0
+
     def _decide(self, frame: CapturedFrame, tracked: Detections) -> EscalationDecision | None:
         if self.escalator is None:
             return None
         height, width = frame.image.shape[:2]
+        tracker = self.tracker.tracker
+        memory = self.verification
+        settled = memory.settled(tracker.tracks, tracker.frame_index) if memory else frozenset()
+        settled_boxes = memory.settled_boxes(tracker.frame_index) if memory else ()
+        asked = memory.asked(tracker.frame_index) if memory else frozenset()
         signals = FrameSignals.from_frame(
             tracked,
-            self.tracker.tracker.tracks,
+            tracker.tracks,
             width,
             height,
             self.escalator.config,
             self.last_motion_score,
+            settled,
+            settled_boxes,
+            asked,
         )
         return self.escalator.decide(signals, self.name)
 

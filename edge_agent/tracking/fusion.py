@@ -220,6 +220,9 @@ class FusionResult:
     rejected: tuple[int, ...] = ()  # ids of the tracks the cloud rejected
     trusted: bool = True  # whether the corrective steps were allowed
     unexplained: tuple[CloudHint, ...] = ()  # the cloud's boxes no track explains
+    # ids of the tracks the cloud returned a box for (matched, or covered as half hidden):
+    # settled for the escalation policy's verification memory until they change
+    verified: tuple[int, ...] = ()
 
 
 @dataclass
@@ -392,6 +395,7 @@ def fuse_answer(
         rejected,
         trusted,
         _unexplained(tracker, cloud, boxes_then, regions),
+        tuple(track.track_id for (track, _), saw in zip(then, seen, strict=True) if saw),
     )
 
 

@@ -27,6 +27,8 @@ class FakeTrack:
     is_tentative: bool
     box: Box = (0.0, 0.0, 10.0, 10.0)
     is_held: bool = False
+    track_id: int = 0
+    cloud_only: bool = False
 
     def to_xyxy(self) -> npt.NDArray[np.float64]:
         return np.array(self.box, dtype=np.float64)

@@ -1,0 +1,175 @@
+"""The verification memory: tracks the cloud confirmed are not re-sent until they change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from detection.detections import Detections
+from edge_agent.config.escalation import EscalationConfig, VerificationMemoryConfig
+from edge_agent.escalation.budget import EscalationBudget
+from edge_agent.escalation.policy import EscalationPolicy, FrameSignals
+from edge_agent.escalation.verification import VerificationMemory
+
+Box = tuple[float, float, float, float]
+FPS = 10.0
+
+
+@dataclass
+class Track:
+    """The fields the memory and the policy read from a track."""
+
+    track_id: int
+    box: Box
+    class_id: int = 0
+    last_score: float = 0.5
+    time_since_update: int = 0
+    age: int = 10
+    is_tentative: bool = False
+    is_held: bool = False
+    cloud_only: bool = False
+
+    def to_xyxy(self) -> npt.NDArray[np.float64]:
+        return np.array(self.box, dtype=np.float64)
+
+
+A: Box = (100.0, 100.0, 140.0, 200.0)
+B: Box = (300.0, 100.0, 340.0, 200.0)
+
+
+def _memory(**fields: object) -> VerificationMemory:
+    return VerificationMemory(VerificationMemoryConfig.model_validate(fields), FPS)
+
+
+def test_a_verified_track_is_settled_until_it_changes() -> None:
+    memory = _memory()
+    a, b = Track(1, A), Track(2, B)
+    assert memory.settled([a, b], 0) == frozenset()  # never verified: not settled
+    memory.record([a, b], {1}, frame_index=3)
+    assert memory.settled([a, b], 4) == {1}
+    assert memory.state(1) is not None and memory.state(2) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "settled"),
+    [
+        ({}, True),
+        ({"class_id": 2}, False),  # class doubt
+        ({"last_score": 0.25}, False),  # the edge's score fell by 0.25 > 0.2
+        ({"last_score": 0.35}, True),  # by 0.15: within score_drop
+        ({"box": (100.0, 100.0, 160.0, 260.0)}, False),  # area x2.4: a size jump
+        ({"box": (105.0, 100.0, 145.0, 200.0)}, True),  # moved, same size
+    ],
+)
+def test_what_unsettles_a_track(change: dict[str, object], settled: bool) -> None:
+    memory = _memory()
+    memory.record([Track(1, A)], {1}, frame_index=0)
+    fields: dict[str, object] = {"box": A} | change
+    track = Track(1, **fields)  # type: ignore[arg-type]
+    assert (1 in memory.settled([track], 1)) is settled
+
+
+def test_someone_walking_in_front_unsettles_it() -> None:
+    memory = _memory()
+    memory.record([Track(1, A), Track(2, B)], {1}, frame_index=0)
+    passer = Track(2, (110.0, 100.0, 150.0, 200.0))  # IoU with A about 0.6
+    assert memory.settled([Track(1, A), passer], 1) == frozenset()
+
+
+def test_an_old_verification_needs_a_new_look() -> None:
+    memory = _memory(max_age_s=2.0)
+    memory.record([Track(1, A)], {1}, frame_index=0)
+    assert memory.settled([Track(1, A)], 20) == {1}
+    assert memory.settled([Track(1, A)], 21) == frozenset()
+
+
+def test_asked_tracks_and_boxes_are_settled_until_answered_or_pending_s() -> None:
+    memory = _memory(pending_s=1.0)
+    memory.sent(frame_id=7, untracked=[B], tracks=[1], frame_index=0)
+    assert memory.asked(5) == {1}
+    assert memory.settled([Track(1, A)], 5) == {1}
+    assert memory.settled_boxes(5) == (B,)
+    assert memory.asked(11) == frozenset()  # no answer within pending_s: ask again
+    memory.answered(7, (), frame_index=3, cloud=[A])
+    assert memory.asked(4) == frozenset()
+    assert set(memory.settled_boxes(4)) == {A, B}  # what the edge had and what the cloud saw
+
+
+def test_crops_verify_only_the_boxes_they_looked_at() -> None:
+    memory = _memory()
+    memory.sent(frame_id=1, untracked=[A, B], tracks=[], frame_index=0)
+    memory.answered(1, [(90.0, 90.0, 150.0, 210.0)], frame_index=2)
+    assert memory.settled_boxes(3) == (A,)
+
+
+def test_gone_tracks_are_forgotten_and_off_settles_nothing() -> None:
+    memory = _memory()
+    memory.record([Track(1, A), Track(2, B)], {1, 2}, frame_index=0)
+    assert memory.settled([Track(2, B)], 1) == {2}
+    assert memory.state(1) is None
+    off = _memory(enabled=False)
+    off.record([Track(1, A)], {1}, frame_index=0)
+    off.sent(frame_id=1, untracked=[B], tracks=[1], frame_index=0)
+    assert off.settled([Track(1, A)], 1) == frozenset()
+    assert off.settled_boxes(1) == () and off.asked(1) == frozenset()
+
+
+def test_bad_settings_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="fps"):
+        VerificationMemory(VerificationMemoryConfig(), 0.0)
+    with pytest.raises(ValueError, match="max_age_s"):
+        VerificationMemoryConfig.model_validate({"max_age_s": 0})
+    with pytest.raises(ValueError, match="box_iou"):
+        EscalationConfig.model_validate({"signals": {"verification": {"box_iou": 1.5}}})
+
+
+def _frame(tracks: list[Track], scores: list[float], ids: list[int]) -> Detections:
+    return Detections(
+        xyxy=np.array([t.box for t in tracks], dtype=np.float32),
+        confidence=np.array(scores, dtype=np.float32),
+        class_id=np.zeros(len(tracks), dtype=np.int64),
+        tracker_id=np.array(ids, dtype=np.int64),
+    )
+
+
+def test_a_busy_settled_frame_is_not_hard_and_a_new_doubt_is() -> None:
+    """Two overlapping people in the uncertain band: hard until the cloud verified them."""
+    config = EscalationConfig.model_validate({"refresh_interval_s": 0.0})
+    policy = EscalationPolicy(config, EscalationBudget(config, now=0.0))
+    a, b = Track(1, A), Track(2, (110.0, 100.0, 150.0, 200.0))
+    detections = _frame([a, b], [0.5, 0.5], [1, 2])
+    before = FrameSignals.from_frame(detections, [a, b], 640, 480, config)
+    assert policy.decide(before, "cam", 0.0).send
+    assert len(before.uncertain) == 2 and len(before.crowded) == 2
+    memory = VerificationMemory(config.signals.verification, FPS)
+    memory.record([a, b], {1, 2}, frame_index=1)
+    settled = memory.settled([a, b], 2)
+    after = FrameSignals.from_frame(detections, [a, b], 640, 480, config, settled=settled)
+    assert after.uncertain == () and after.crowded == ()
+    assert not policy.decide(after, "cam", 1.0).reasons
+    # an untracked doubt elsewhere, never looked at by the cloud: hard again
+    c = Track(-1, (400.0, 300.0, 440.0, 400.0))
+    more = _frame([a, b, c], [0.5, 0.5, 0.5], [1, 2, -1])
+    signals = FrameSignals.from_frame(more, [a, b], 640, 480, config, settled=settled)
+    assert signals.uncertain == (c.box,)
+    # ... unless the cloud looked at that very box
+    looked = FrameSignals.from_frame(
+        more, [a, b], 640, 480, config, settled=settled, settled_boxes=[c.box]
+    )
+    assert looked.uncertain == ()
+
+
+def test_a_held_track_the_edge_never_saw_stays_hard() -> None:
+    config = EscalationConfig()
+    seen = Track(1, A, time_since_update=3, is_held=True)
+    cloud_only = Track(2, B, time_since_update=3, is_held=True, cloud_only=True)
+    empty = _frame([], [], [])
+    signals = FrameSignals.from_frame(empty, [seen, cloud_only], 640, 480, config, settled={1, 2})
+    assert signals.held_tracks == (B,)
+    asked = FrameSignals.from_frame(
+        empty, [seen, cloud_only], 640, 480, config, settled={1, 2}, asked={2}
+    )
+    assert asked.held_tracks == ()
