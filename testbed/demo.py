@@ -7,16 +7,19 @@
 
 1. renders the scripted `events` scene (a zone, a line, people and vehicles entering, leaving,
    crossing and loitering over real background video) with its ground truth and expected events;
-2. starts the cloud service (gRPC, the committed cloud model on ONNX Runtime CPU) on a free port;
+2. starts the cloud service (gRPC, the committed cloud model on ONNX Runtime CPU) on a free port,
+   as a process of its own with a CPU share of its own (`testbed.demo_stack`: a cgroup of
+   `--cloud-cpus` cores where the machine allows one), so it cannot starve the edge;
 3. serves the scene as a camera over RTSP (GStreamer, system python3-gi) where available, else
    lets the agent read the file paced at its frame rate;
 4. starts an MQTT broker (Mosquitto where installed, else the embedded amqtt) unless
    `--mqtt-host` names one, and subscribes to the agent's topics;
 5. runs the edge agent in-process (committed INT8 edge model, tracker, rules, MQTT alerts, hard
    frames escalated to the cloud and its answers fused into the tracks) for one scene loop;
-6. prints progress and every alert as it arrives from the broker, then a summary (frames, share
-   escalated, bytes sent, fusion, latency percentiles, alerts, the check against the scripted
-   events, detection accuracy against the ground truth) and writes an annotated video.
+6. prints progress and every alert as it arrives from the broker, then a summary (frames, whether
+   and by how much the edge is behind the camera, share escalated, bytes sent, fusion, latency
+   percentiles, alerts, the check against the scripted events, detection accuracy against the
+   ground truth) and writes an annotated video.
 
 `--source real` runs the same hybrid on real footage (`testbed.demo_real`): OpenCV's `vtest`
 clip (people walking across a campus path) served over RTSP, the committed COCO-80 models (INT8
@@ -53,6 +56,7 @@ from testbed.demo_report import (
     add_cloud_rows,
     ground_truth,
     latency_text,
+    pace_of,
     video_lines,
 )
 from testbed.demo_stack import CACHE, DemoError, Printer, Stack, start_stack
@@ -133,6 +137,20 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--escalation-fps", type=float, default=3.0, help="escalation budget, frames/s (default 3)")
     add("--cloud-threads", type=int, default=1, help="ONNX Runtime threads of the cloud model")
     add(
+        "--cloud-cpus",
+        type=float,
+        default=1.0,
+        help="CPU quota of the cloud service's own cgroup, in cores (where the cgroup v1 cpu "
+        "controller is writable); default 1",
+    )
+    add(
+        "--cloud-nice",
+        type=int,
+        default=0,
+        help="nice increment of the cloud service's process (0-19; default 0: its cgroup "
+        "already keeps it to its share)",
+    )
+    add(
         "--out",
         type=Path,
         help="output folder (default .cache/demo, real footage: .cache/demo-real)",
@@ -194,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--loops must be >= 1 and --duration-s > 0")
     if args.escalation_fps <= 0 or args.cloud_threads < 1 or args.progress_s <= 0:
         parser.error("--escalation-fps and --progress-s must be > 0, --cloud-threads >= 1")
+    if not 0.01 <= args.cloud_cpus <= 64 or not 0 <= args.cloud_nice <= 19:
+        parser.error("--cloud-cpus must be in [0.01, 64] cores, --cloud-nice in [0, 19]")
     if args.out is None:
         args.out = CACHE / ("demo-real" if args.source == "real" else "demo")
     real = args.source == "real"
@@ -246,7 +266,15 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
     t.add("streamed", f"{ran_s:.1f} s")
     t.section("edge")
     t.add("frames analysed", f"{frames} ({frames / max(ran_s, 1e-6):.1f} fps)")
-    t.add("frames dropped (stale)", str(worker.source.stats().drops + c.skipped_rate))
+    stale = worker.source.stats().drops + c.skipped_rate
+    pace = pace_of(frames, ran_s, s.scene_fps, stale)
+    t.add("frames dropped (stale)", str(stale))
+    t.add("edge vs camera", pace.text())
+    t.add(
+        "focus crops",
+        f"{c.focus_crops} looked at, {s.agent.focus_budget.skipped} left out "
+        "(no time left in the frame period)",
+    )
     t.add("detection mAP50 / recall", accuracy)
     add_cloud_rows(t, s.agent, frames, stream_bytes)
     t.section("latency")
@@ -274,6 +302,7 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
     numbers = {
         "frames_analysed": frames,
         "streamed_s": ran_s,
+        "pace": pace.numbers(),
         "escalated": sent,
         "escalated_share": sent / max(frames, 1),
         "answered": esc.answered if esc else 0,

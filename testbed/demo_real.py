@@ -43,6 +43,7 @@ from testbed.demo_report import (
     SummaryTable,
     add_cloud_rows,
     latency_text,
+    pace_of,
     video_lines,
 )
 from testbed.demo_stack import (
@@ -58,7 +59,6 @@ from testbed.demo_stack import (
     start_cloud_service,
     start_mqtt,
     step,
-    stop_cloud_with,
     temporary_outbox,
     watch_agent,
 )
@@ -155,9 +155,10 @@ def start_real_stack(args: argparse.Namespace, say: Printer, stack: contextlib.E
     with step(say, "starting the cloud service"):
         say(f"== cloud service: {cloud_model.name} on ONNX Runtime (CPU), "
             f"{CLOUD_CONFIG.relative_to(REPO_ROOT)} ...")  # fmt: skip
-        cloud = start_cloud_service(cloud_cfg)
-        stop_cloud_with(stack, cloud)
-        say(f"   gRPC on 127.0.0.1:{cloud.port}")
+        cloud = start_cloud_service(
+            cloud_cfg, args.out, stack, cores=args.cloud_cpus, nice=args.cloud_nice
+        )
+        say(f"   gRPC on 127.0.0.1:{cloud.port}; {cloud.describe()}")
     with step(say, "starting the camera"):
         camera, url = start_camera(args.camera, clip, say, stack, what="the clip")
     with step(say, "starting the MQTT broker"):
@@ -270,7 +271,15 @@ def summarise_real(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
     t.add("streamed", f"{ran_s:.1f} s")
     t.section("edge")
     t.add("frames analysed", f"{frames} ({frames / max(ran_s, 1e-6):.1f} fps)")
-    t.add("frames dropped (stale)", str(worker.source.stats().drops + worker.counters.skipped_rate))
+    stale = worker.source.stats().drops + worker.counters.skipped_rate
+    pace = pace_of(frames, ran_s, s.scene_fps, stale)
+    t.add("frames dropped (stale)", str(stale))
+    t.add("edge vs camera", pace.text())
+    t.add(
+        "focus crops",
+        f"{worker.counters.focus_crops} looked at, {s.agent.focus_budget.skipped} left out "
+        "(no time left in the frame period)",
+    )
     t.add("detections", f"{detected} ({detected / max(frames, 1):.1f} per frame)")
     t.add("tracks", tracks)
     add_cloud_rows(t, s.agent, frames, stream_bytes)
@@ -302,6 +311,7 @@ def summarise_real(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         "clip": str(s.clip),
         "frames_analysed": frames,
         "streamed_s": ran_s,
+        "pace": pace.numbers(),
         "escalated": sent,
         "escalated_share": sent / max(frames, 1),
         "answered": esc.answered if esc else 0,

@@ -254,6 +254,54 @@ class SummaryTable:
         return [f"  {label:<{width}}  {value}" if value else label for label, value in self.rows]
 
 
+BEHIND_SHARE = 0.9  # below this share of the camera's frame rate the edge is behind it
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How the edge kept up with its camera: frames analysed per second against the camera's."""
+
+    camera_fps: float
+    analysed_fps: float
+    stale: int  # frames the edge never analysed (replaced by newer ones, or over its rate)
+
+    @property
+    def share(self) -> float:
+        """Analysed frames per camera frame."""
+        return self.analysed_fps / self.camera_fps if self.camera_fps > 0 else 0.0
+
+    @property
+    def behind(self) -> bool:
+        """Whether the edge analysed less than `BEHIND_SHARE` of the camera's frames."""
+        return self.share < BEHIND_SHARE
+
+    def text(self) -> str:
+        """The summary row: whether the edge is behind the camera, and by how much."""
+        rate = f"{self.analysed_fps:.1f} of the camera's {self.camera_fps:g} frames/s"
+        if not self.behind:
+            return f"keeps up: {rate} ({100 * self.share:.0f} %)"
+        every = 1.0 / self.share if self.share > 0 else float("inf")
+        return (
+            f"BEHIND the camera: {rate} ({100 * self.share:.0f} %); {self.stale} frames "
+            f"skipped as stale, tracks and rules see about every {every:.1f}th frame"
+        )
+
+    def numbers(self) -> dict[str, float | int | bool]:
+        """For summary.json."""
+        return {
+            "camera_fps": self.camera_fps,
+            "analysed_fps": round(self.analysed_fps, 2),
+            "share": round(self.share, 3),
+            "behind": self.behind,
+            "stale": self.stale,
+        }
+
+
+def pace_of(frames: int, ran_s: float, camera_fps: float, stale: int) -> Pace:
+    """The edge's pace over a run of `ran_s` seconds."""
+    return Pace(camera_fps, frames / max(ran_s, 1e-6), stale)
+
+
 def latency_text(values: Sequence[float]) -> str:
     """`p50 / p95 / p99 ms (n)` of latencies in ms."""
     if not values:

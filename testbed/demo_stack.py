@@ -1,13 +1,24 @@
 """Starting the demo's components, in order, each stopped again by an `ExitStack`.
 
 `start_stack(options, say, exit_stack)` renders (or reuses) the `events` scene, starts the cloud
-service in-process (the committed cloud model on ONNX Runtime CPU, a free loopback port), the
-camera (`RtspServer` looping the scene, or the file source paced at its frame rate), the MQTT
-broker (`testbed.broker`, or an external one), the alert feed (`AlertFeed`) and the edge agent
-(built, not started) with its outcome hook and the annotated video writer. A component that does
-not start raises `DemoError` naming it. The real-footage mode (`testbed.demo_real`) starts the
-same components from its own configs with `start_cloud_service`, `start_camera`, `start_mqtt`,
-`temporary_outbox` and `watch_agent`.
+service (the committed cloud model on ONNX Runtime CPU, a free loopback port) as a process of
+its own, the camera (`RtspServer` looping the scene, or the file source paced at its frame
+rate), the MQTT broker (`testbed.broker`, or an external one), the alert feed (`AlertFeed`)
+and the edge agent (built, not started) with its outcome hook and the annotated video writer. A
+component that does not start raises `DemoError` naming it. The real-footage mode
+(`testbed.demo_real`) starts the same components from its own configs with `start_cloud_service`,
+`start_camera`, `start_mqtt`, `temporary_outbox` and `watch_agent`.
+
+The cloud stands in for a service on another machine, so it must not take the edge's CPU: it
+runs as `cloud-service serve` in its own process and, where the cgroup v1 `cpu` controller is
+writable (root, as on the project's machines), in a cgroup of its own: at most `--cloud-cpus`
+cores (default 1, a machine of its own of one core), weighing as one plain process however many
+threads it runs; `--cloud-nice N` lowers its priority too (the fallback where no cgroup can be
+made). In the same process it had taken the edge's cores on a slow 2-core box (the edge analysed
+5-9 of the camera's 25 frames/s). Lower is not better: at nice 10 on a loaded box the cloud
+answered none of 35 escalated frames (the demo then fails its check) while the edge analysed
+86 % of the camera's frames; at nice 0 in its cgroup it answered 14 of 24 and the edge, at 33 %,
+still raised all 12 scripted alerts.
 """
 
 from __future__ import annotations
@@ -16,6 +27,8 @@ import argparse
 import contextlib
 import json
 import logging
+import os
+import sys
 import tempfile
 import threading
 import time
@@ -24,7 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloud_service.app import CloudService, build_service
+import grpc
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from cloud_service.config import BatchingConfig, CloudServiceConfig, ServerConfig
 from detection.config import DetectorConfig
 from detection.runtimes.config import OnnxRuntimeConfig
@@ -34,7 +50,13 @@ from testbed.alert_check import scene_agent_config
 from testbed.annotate import AnnotatedVideoWriter, FrameAnnotator, SceneOverlay
 from testbed.broker import BrokerUnavailableError, start_broker
 from testbed.demo_report import AlertFeed, RunRecorder
-from testbed.processes import ProcessStartError
+from testbed.processes import (
+    CpuGroup,
+    ManagedProcess,
+    ProcessStartError,
+    free_tcp_port,
+    nice_prefix,
+)
 from testbed.rtsp_camera import RtspServer, rtsp_server_unavailable_reason
 from testbed.scenes.scenario import ScenarioSpec, make_scenario
 from testbed.scenes.writer import SceneFolder, write_scene
@@ -47,6 +69,9 @@ MODELS = REPO_ROOT / "models"
 AGENT_ID = "demo-agent"
 TOPIC_PREFIX = "video-analytics"
 SUBSCRIBE_TIMEOUT_S = 10.0
+CLOUD_CPU_SHARES = 1024  # its cgroup weighs as one plain process, however many threads it runs
+CLOUD_START_TIMEOUT_S = 120.0  # loading the model on a loaded 2-core box
+CLOUD_STOP_TIMEOUT_S = 10.0
 
 
 class DemoError(RuntimeError):
@@ -92,31 +117,98 @@ def prepare_scene(spec: ScenarioSpec, scenes_dir: Path) -> SceneFolder:
     return write_scene(spec, scenes_dir, CACHE / "media")
 
 
-def start_cloud(models: Models, threads: int) -> CloudService:
-    """The cloud service with the committed cloud model (ONNX Runtime, CPU) on a free port."""
+def start_cloud(
+    models: Models, args: argparse.Namespace, stack: contextlib.ExitStack
+) -> CloudProcess:
+    """The cloud service with the committed cloud model (ONNX Runtime, CPU) on a free port, in
+    a process of its own (see the module docstring)."""
     return start_cloud_service(
         CloudServiceConfig(
             server=ServerConfig(listen_address="127.0.0.1:0", grace_period_s=1.0),
             engine=DetectorConfig(
-                runtime=OnnxRuntimeConfig(model_path=models.cloud, intra_op_threads=threads),
+                runtime=OnnxRuntimeConfig(
+                    model_path=models.cloud, intra_op_threads=args.cloud_threads
+                ),
                 class_names=models.class_names,
                 input_size=(models.cloud_imgsz, models.cloud_imgsz),
             ),
             batching=BatchingConfig(max_batch_size=2),
             model_name=models.cloud.stem,
             model_version="committed",
-        )
+        ),
+        args.out,
+        stack,
+        cores=args.cloud_cpus,
+        nice=args.cloud_nice,
     )
 
 
-def start_cloud_service(config: CloudServiceConfig) -> CloudService:
-    """Build and start the cloud service of `config`; `DemoError` when it does not start."""
+@dataclass
+class CloudProcess:
+    """The cloud service the demo started: its process, port and CPU share."""
+
+    process: ManagedProcess
+    port: int
+    group: CpuGroup | None  # None: no cgroup here, `nice` only
+    nice: int
+
+    def describe(self) -> str:
+        """`own process (pid 12), nice 0, cgroup demo-cloud-3 (1 core, cpu.shares 1024)`."""
+        share = self.group.describe() if self.group else "no cgroup here (not writable)"
+        return f"own process (pid {self.process.pid}), nice {self.nice}, {share}"
+
+
+def start_cloud_service(
+    config: CloudServiceConfig,
+    folder: Path,
+    stack: contextlib.ExitStack,
+    *,
+    cores: float | None,
+    nice: int = 0,
+) -> CloudProcess:
+    """`cloud-service serve` on `config` (port 0: a free one) in its own process at `nice` and,
+    where allowed, its own cgroup of `cores` cores; stopped by `stack`. `DemoError` when it does
+    not start (with the end of its output)."""
+    host, _, port_text = config.server.listen_address.rpartition(":")
+    port = int(port_text) or free_tcp_port(host)
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["server"]["listen_address"] = f"{host}:{port}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "cloud-service.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    group = CpuGroup.create(f"demo-cloud-{os.getpid()}", cores=cores, shares=CLOUD_CPU_SHARES)
+    argv = [sys.executable, "-m", "cloud_service", "serve", "--config", str(path)]
+    process = ManagedProcess(
+        "cloud service",
+        [*nice_prefix(nice), *argv, "--log-level", "WARNING"],
+        ready_check=lambda: _serving(f"{host}:{port}"),
+        cwd=REPO_ROOT,
+        on_spawn=group.add if group is not None else None,
+    )
     try:
-        service = build_service(config)
-        service.server.start()
-    except Exception as exc:
+        process.start(ready_timeout_s=CLOUD_START_TIMEOUT_S)
+    except (ProcessStartError, OSError) as exc:
+        if group is not None:
+            group.remove()
         raise DemoError(f"the cloud service did not start: {exc}") from exc
-    return service
+    if group is not None:
+        stack.callback(group.remove)
+    stack.callback(lambda: process.stop(term_timeout_s=CLOUD_STOP_TIMEOUT_S))
+    return CloudProcess(process, port, group, nice)
+
+
+def _serving(address: str) -> bool:
+    """Whether the gRPC health service at `address` reports SERVING now."""
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            # the stub package declares the HealthStub methods only on its channel-bound type
+            reply = stub.Check(  # type: ignore[attr-defined]
+                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+            )
+        except grpc.RpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 @dataclass(frozen=True)
@@ -200,7 +292,7 @@ class Stack:
     scene_frames: int  # frames in one pass of the clip
     scene_fps: float
     models: Models
-    cloud: CloudService
+    cloud: CloudProcess
     camera: str  # "rtsp" or "file"
     camera_url: str
     broker: str  # "mosquitto", "amqtt" or "external host:port"
@@ -220,9 +312,8 @@ def start_stack(args: argparse.Namespace, say: Printer, stack: contextlib.ExitSt
         say(f"   {scene.root}")
     with step(say, "starting the cloud service"):
         say(f"== cloud service: {models.cloud.name} on ONNX Runtime (CPU) ...")
-        cloud = start_cloud(models, args.cloud_threads)
-        stop_cloud_with(stack, cloud)
-        say(f"   gRPC on 127.0.0.1:{cloud.port}")
+        cloud = start_cloud(models, args, stack)
+        say(f"   gRPC on 127.0.0.1:{cloud.port}; {cloud.describe()}")
     assert scene.video is not None  # noqa: S101 - written with video on
     with step(say, "starting the camera"):
         camera, url = start_camera(args.camera, scene.video, say, stack)
@@ -254,12 +345,6 @@ def start_stack(args: argparse.Namespace, say: Printer, stack: contextlib.ExitSt
         recorder=recorder,
         video=video,
     )
-
-
-def stop_cloud_with(stack: contextlib.ExitStack, cloud: CloudService) -> None:
-    """Have `stack` stop the cloud service's server and close it."""
-    stack.callback(cloud.close)
-    stack.callback(lambda: cloud.server.stop(grace=1.0).wait(5.0))
 
 
 def start_camera(

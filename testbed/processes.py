@@ -3,13 +3,20 @@
 `ManagedProcess` runs one command with stdout and stderr merged into a reader thread that keeps
 the last lines, so a fixture can put them into a failure message. Stopping sends SIGTERM and then
 SIGKILL; `kill()` sends SIGKILL at once to imitate a crash.
+
+`CpuGroup` gives a child a CPU share of its own where the machine allows it: a cgroup v1 `cpu`
+group (a quota in cores and a weight; writable as root, as on the project's machines, which have
+no systemd to ask for a slice). The demo runs its cloud service in one, at a lower priority
+(`nice`), so the service it stands in for cannot starve the edge agent of the same box.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +28,8 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 _POLL_INTERVAL_S = 0.02
+CGROUP_CPU_ROOT = Path("/sys/fs/cgroup/cpu")  # cgroup v1 `cpu` controller
+CFS_PERIOD_US = 100_000
 
 
 class ProcessStartError(RuntimeError):
@@ -61,8 +70,12 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         tail_lines: int = 200,
+        on_spawn: Callable[[int], None] | None = None,
     ) -> None:
+        """`on_spawn(pid)` runs right after each start, before the wait for readiness (e.g. to
+        put the child into a `CpuGroup` before it loads anything)."""
         self.name = name
+        self._on_spawn = on_spawn
         self.argv = list(argv)
         self._ready_pattern = re.compile(ready_pattern) if ready_pattern else None
         self._ready_check = ready_check
@@ -126,6 +139,8 @@ class ManagedProcess:
         )
         self._reader.start()
         try:
+            if self._on_spawn is not None:
+                self._on_spawn(self._process.pid)
             self._wait_ready(ready_timeout_s)
         except ProcessStartError:
             self.stop()
@@ -226,3 +241,70 @@ class ManagedProcess:
 
     def __repr__(self) -> str:
         return f"ManagedProcess({self.name!r}, pid={self.pid}, running={self.running})"
+
+
+class CpuGroup:
+    """A cgroup v1 `cpu` group of its own: at most `cores` cores (CFS quota) and `shares` of
+    weight against the rest of the machine (1024 is a plain process's).
+
+    `create` returns None where the controller is missing or not writable (not root, cgroup v2
+    only); callers then fall back to `nice` alone. `remove()` deletes the group once its
+    processes have exited (any left are moved back to the root group first).
+    """
+
+    def __init__(self, path: Path, cores: float | None, shares: int) -> None:
+        self.path = path
+        self.cores = cores
+        self.shares = shares
+
+    @classmethod
+    def create(
+        cls, name: str, *, cores: float | None, shares: int = 1024, root: Path = CGROUP_CPU_ROOT
+    ) -> CpuGroup | None:
+        """The group `root/name`, made now; None where this machine does not allow it."""
+        if cores is not None and not cores > 0:
+            raise ValueError(f"cores must be > 0, got {cores}")
+        if not 2 <= shares <= 262_144:
+            raise ValueError(f"shares must be in [2, 262144], got {shares}")
+        path = root / name
+        try:
+            path.mkdir(exist_ok=True)
+            quota = -1 if cores is None else max(1000, round(cores * CFS_PERIOD_US))
+            (path / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (path / "cpu.cfs_quota_us").write_text(str(quota))
+            (path / "cpu.shares").write_text(str(shares))
+        except OSError as exc:
+            logger.info("no cgroup cpu group %s here: %s", path, exc)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            return None
+        return cls(path, cores, shares)
+
+    def add(self, pid: int) -> None:
+        """Move process `pid` (and the threads it starts from now on) into the group."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        """Delete the group (its processes, if any are left, go back to the root group)."""
+        with contextlib.suppress(OSError):
+            left = (self.path / "cgroup.procs").read_text().split()
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    (self.path.parent / "cgroup.procs").write_text(pid)
+        try:
+            self.path.rmdir()
+        except OSError as exc:
+            logger.warning("cannot remove cgroup %s: %s", self.path, exc)
+
+    def describe(self) -> str:
+        """`cgroup demo-cloud-12 (1 core, cpu.shares 256)`."""
+        cores = "no quota" if self.cores is None else f"{self.cores:g} core"
+        plural = "s" if self.cores is not None and self.cores != 1 else ""
+        return f"cgroup {self.path.name} ({cores}{plural}, cpu.shares {self.shares})"
+
+
+def nice_prefix(increment: int) -> list[str]:
+    """`["nice", "-n", N]` to start a command at a lower priority; [] where `nice` is missing
+    (the command then runs at the caller's priority) or `increment` is 0."""
+    nice = shutil.which("nice")
+    return [nice, "-n", str(increment)] if nice and increment else []

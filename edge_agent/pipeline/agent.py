@@ -40,6 +40,7 @@ from edge_agent.pipeline.discovery import HomeAssistantLink
 from edge_agent.pipeline.escalation import EscalationStage
 from edge_agent.pipeline.focus import detect_crops
 from edge_agent.pipeline.model_swap import ModelIdentity, Probation, load_detector, prepare_detector
+from edge_agent.pipeline.pace import FocusBudget
 from edge_agent.pipeline.reload import ReloadPlan, ReloadRefused, plan_reload
 from edge_agent.pipeline.status import CameraStatus
 from edge_agent.pipeline.telemetry import AgentTelemetry
@@ -105,6 +106,8 @@ class EdgeAgent:
         self.batches = 0
         self.failed_batches = 0
         self._wake = threading.Event()
+        # focus crops only in the time the frame period leaves (pipeline.pace)
+        self.focus_budget = FocusBudget()
         self._changes: queue.SimpleQueue[_StateChange] = queue.SimpleQueue()
         self._embedder = embedder if embedder is not None else build_embedder(config.tracker)
         self.model = ModelIdentity.of(detector, config.detector)
@@ -250,6 +253,7 @@ class EdgeAgent:
 
     def step(self, timeout_s: float = 0.05) -> int:
         """Analyse at most one new frame per camera; wait up to `timeout_s` when none is ready."""
+        entered = time.perf_counter()
         self._wake.clear()
         self._apply_requested_reloads()
         self._drain_state_changes()
@@ -277,7 +281,9 @@ class EdgeAgent:
             self._probation = None
         if self.telemetry is not None:
             self.telemetry.on_batch(len(batch), detect_s)
+        focus_started = time.perf_counter()
         focus = self._detect_focus(batch)
+        focus_s = time.perf_counter() - focus_started
         for (worker, frame), detections in zip(batch, results, strict=True):
             try:
                 outcome = worker.process(frame, detections, detect_s, focus.get(worker.name, []))
@@ -296,6 +302,8 @@ class EdgeAgent:
                 self.escalation.submit(worker.name, frame, decision)
             for hook in self.hooks:
                 hook(outcome)
+        crops = sum(len(found) for found in focus.values())
+        self.focus_budget.observe(time.perf_counter() - entered, focus_s, crops)
         return len(batch)
 
     # ---- reload ----------------------------------------------------------------------------
@@ -422,8 +430,12 @@ class EdgeAgent:
         self, batch: list[tuple[CameraWorker, CapturedFrame]]
     ) -> dict[str, list[tuple[Tile, Detections]]]:
         """The detector on every camera's focus crops (small tracks the cloud vouched for),
-        in one batch; the crops' boxes per camera, in crop pixels."""
+        in one batch, as many as fit in the frame period (`FocusBudget`); the crops' boxes per
+        camera, in crop pixels."""
         planned = [(w.name, f.image, tile) for w, f in batch for tile in w.focus_tiles(f)]
+        if planned:
+            period_s = min(1.0 / w.config.target_fps for w, _ in batch)
+            planned = planned[: self.focus_budget.allowed(period_s, len(planned))]
         try:
             return detect_crops(self.detector, planned)
         except DetectionError as exc:  # the frames' own detections still count
@@ -568,6 +580,8 @@ class EdgeAgent:
             agent=self.config.agent.id, frames=frames, dropped=dropped, reconnects=reconnects
         )
         document["cloud"] = self.cloud_state
+        if self.escalation is not None:
+            document["cloud_answers"] = self.escalation.deadline_status()
         document["model"] = self.model.document()
         return document
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from pathlib import Path
 
 import cv2
@@ -10,6 +12,7 @@ import pytest
 
 from testbed import demo, demo_stack
 from testbed.broker import amqtt_available, mosquitto_executable
+from testbed.demo_report import pace_of
 from testbed.processes import free_tcp_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -61,7 +64,12 @@ def test_demo_runs_one_scene_loop_end_to_end(
     assert ": OK" in summary
 
     numbers = json.loads((demo_out / "summary.json").read_text())
-    assert numbers["frames_analysed"] >= 0.8 * 25 * 14.4  # kept (near) the camera's frame rate
+    # No frame rate is asserted: on a slow or loaded box the edge falls behind the camera (and
+    # must keep its alerts all the same); the summary says so and by how much.
+    pace = numbers["pace"]
+    assert pace["camera_fps"] == 25.0 and 0 < pace["analysed_fps"] <= 26.0
+    assert ("BEHIND the camera" in summary) is pace["behind"]
+    assert "own process (pid" in out  # the cloud runs apart from the edge
     assert 0 < numbers["escalated"] < numbers["frames_analysed"]
     assert (
         numbers["answered"] > 0 and numbers["fusion"]["answers"] > 0 and numbers["bytes_sent"] > 0
@@ -79,14 +87,44 @@ def test_demo_runs_one_scene_loop_end_to_end(
 def test_demo_says_which_component_failed_and_exits_2(
     demo_out: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(_config: object) -> None:
-        raise RuntimeError("engine exploded")
-
-    monkeypatch.setattr(demo_stack, "build_service", broken)
+    """The cloud process exits on a model file that is not there: the demo names it, with the
+    cloud's own message, and leaves no cgroup behind."""
+    models = demo_stack.committed_models("int8")
+    missing = demo_out / "no-such-cloud-model.onnx"
+    monkeypatch.setattr(
+        demo_stack,
+        "committed_models",
+        lambda _kind: dataclasses.replace(models, cloud=missing),
+    )
     code = demo.main(["--out", str(demo_out), "--no-video"])
     out = capsys.readouterr().out
     assert code == demo.EXIT_START_FAILED
-    assert "DEMO FAILED: the cloud service did not start: engine exploded" in out
+    assert "DEMO FAILED: the cloud service did not start: cloud service exited" in out
+    assert "no-such-cloud-model.onnx" in out
+    assert "Traceback" not in out
+    assert not list(Path("/sys/fs/cgroup/cpu").glob(f"demo-cloud-{os.getpid()}"))
+
+
+@pytest.mark.parametrize(
+    ("frames", "ran_s", "behind", "text"),
+    [
+        (396, 15.9, False, "keeps up: 24.9 of the camera's 25 frames/s (100 %)"),
+        (
+            100,
+            16.0,
+            True,
+            "BEHIND the camera: 6.2 of the camera's 25 frames/s (25 %); 300 frames skipped as "
+            "stale, tracks and rules see about every 4.0th frame",
+        ),
+    ],
+)
+def test_the_summary_says_when_the_edge_is_behind_the_camera_and_by_how_much(
+    frames: int, ran_s: float, behind: bool, text: str
+) -> None:
+    pace = pace_of(frames, ran_s, 25.0, 300 if behind else 0)
+    assert pace.behind is behind
+    assert pace.text() == text
+    assert pace.numbers()["behind"] is behind
 
 
 def test_demo_reports_an_unreachable_external_broker(
