@@ -26,6 +26,8 @@ Names (all prefixed `edge_agent_`):
 - `mqtt_connected`, `cloud_connected` (gauges): 1 while the connection is up.
 - `escalation_enabled` (gauge): 1 when escalation to the cloud is configured; without it
   `cloud_connected` is 0 by design, not because the cloud is unreachable.
+- `escalation_deadline_mismatch` (gauge): 1 while most escalated frames expire before the cloud
+  answers them (the log says what to change, the status topic's `cloud_answers` too).
 - `escalations_total{camera, outcome}` (counter): frames escalated to the cloud, by outcome
   (`sent`, `answered`, `failed`, `dropped_budget`, `late`).
 - `escalation_bytes_total{camera, mode}` (counter): image bytes sent to the cloud, as whole
@@ -297,6 +299,12 @@ class EdgeMetrics:
         self.escalation_enabled = Gauge(
             f"{_PREFIX}escalation_enabled",
             "1 when escalation to the cloud is configured (cloud_connected means something).",
+            registry=reg,
+        )
+        self.escalation_deadline_mismatch = Gauge(
+            f"{_PREFIX}escalation_deadline_mismatch",
+            "1 while most escalated frames expire before the cloud answers them "
+            "(escalation.deadline_ms shorter than the cloud's queue plus inference).",
             registry=reg,
         )
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
+
 from edge_agent.capture import CapturedFrame
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.escalation import (
@@ -29,6 +31,7 @@ from edge_agent.escalation import (
     payload_pixels,
     request_for_decision,
 )
+from edge_agent.escalation.deadline import DeadlineWatch
 from edge_agent.escalation.decider import EscalationDecider
 from edge_agent.escalation.uplink import CameraUplinks, EncodedPacket
 from edge_agent.labels import LabelStore
@@ -78,6 +81,7 @@ class EscalationStage:
         self.client = client
         self.metrics = metrics
         self.decider = EscalationDecider(config, clock)
+        self.deadlines = DeadlineWatch(config.deadline_ms)  # answers expiring: say so
         self.counters = EscalationCounters()
         self._clock = clock
         self.uplinks = CameraUplinks(
@@ -164,6 +168,7 @@ class EscalationStage:
                     answered=result.result is not None,
                     keyframe_required=result.result is not None and result.result.keyframe_required,
                 )
+        self._watch_deadlines(results)
         for result in results:
             if self.labels is not None:
                 self.labels.answered(result)
@@ -173,6 +178,35 @@ class EscalationStage:
         if self.metrics is not None:
             self.metrics.cloud_connected.set(1 if self.client.connected else 0)
         return results
+
+    def _watch_deadlines(self, results: list[EscalationResult]) -> None:
+        """Feed the deadline watch; log once (with what to change) when most frames expire."""
+        now = self._clock()
+        began = False
+        with self._lock:
+            for result in results:
+                expired = result.code is grpc.StatusCode.DEADLINE_EXCEEDED
+                if expired or result.ok:
+                    began |= self.deadlines.observe(now, expired=expired, rtt_s=result.rtt_s)
+            mismatch = self.deadlines.verdict(now).mismatch
+            advice = self.deadlines.advice(now) if began else ""
+        if began:
+            logger.warning("escalation deadline mismatch: %s", advice)
+        if self.metrics is not None:
+            self.metrics.escalation_deadline_mismatch.set(1 if mismatch else 0)
+
+    def deadline_status(self) -> dict[str, object]:
+        """The deadline watch's verdict, for the status topic: `mismatch` true when most
+        escalated frames expire before the cloud answers (with a `suggested_deadline_ms`)."""
+        with self._lock:
+            verdict = self.deadlines.verdict(self._clock())
+        share = verdict.expired_share
+        return {
+            "deadline_ms": self.deadlines.deadline_ms,
+            "mismatch": verdict.mismatch,
+            "expired_share": None if share is None else round(share, 3),
+            "suggested_deadline_ms": verdict.suggested_deadline_ms,
+        }
 
     def _encode_loop(self) -> None:
         _yield_to_the_frame_loop()
