@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,6 +181,13 @@ def clip_truth(clip: str, directory: Path = TRUTH_DIR) -> ClipTruth | None:
     """The truth of `clip` (`<directory>/<clip>.json`), or None where the clip has none."""
     path = directory / f"{clip}.json"
     return load_truth(path) if path.is_file() else None
+
+
+def restricted(truth: ClipTruth, indices: Iterable[int]) -> ClipTruth:
+    """The truth on those of its frames that are among `indices` (the frames a bench read)."""
+    keep = set(indices)
+    frames = {i: boxes for i, boxes in truth.frames.items() if i in keep}
+    return ClipTruth(truth.clip, truth.width, truth.height, frames, truth.path)
 
 
 def _iou(a: FloatArray, b: FloatArray) -> FloatArray:

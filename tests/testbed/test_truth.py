@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import truth
+from bench import real_footage, truth
 from bench.truth import ClipTruth, TruthBox, TruthError, load_truth, parse_truth, score_frames
 from detection.detections import Detections
 
@@ -158,3 +158,16 @@ def test_unreadable_truth_files_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(TruthError, match="not valid JSON"):
         load_truth(bad)
     assert truth.clip_truth("missing", tmp_path) is None
+
+
+def test_real_footage_scores_the_truth_frames_it_read_and_refuses_a_wrong_frame_size(
+    tmp_path: Path,
+) -> None:
+    frames = [np.zeros((576, 768, 3), np.uint8)] * 2
+    clip = real_footage.Clip("vtest", "two frames", frames, indices=[0, 5])
+    (scored,) = real_footage.clip_truths([clip], truth.TRUTH_DIR).values()
+    assert list(scored.frames) == [0]  # frame 5 is not a truth frame; 10 was not read
+    wrong = real_footage.Clip("vtest", "small", [np.zeros((10, 10, 3), np.uint8)])
+    with pytest.raises(SystemExit, match="frame_size 768x576 is not the clip's 10x10"):
+        real_footage.clip_truths([wrong], truth.TRUTH_DIR)
+    assert real_footage.clip_truths([clip], tmp_path) == {}  # no truth file: not scored
