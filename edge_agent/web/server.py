@@ -118,6 +118,19 @@ def _bind(host: str, port: int, unacknowledged_s: float) -> socket.socket:
     return sock
 
 
+def _quiet_disconnects(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A connection that failed under us (reset, or timed out by TCP_USER_TIMEOUT while its
+    client did not read) is the client's doing, not an error of ours: hypercorn lets those
+    through when it closes the connection, and asyncio would log them with a traceback. So is
+    a connection cancelled at `close` after the grace period (Python 3.11's stream callback
+    logs the cancellation as an error)."""
+    exc = context.get("exception")
+    if isinstance(exc, TimeoutError | ConnectionError | asyncio.CancelledError):
+        logger.debug("status page: a connection ended: %r", exc)
+        return
+    loop.default_exception_handler(context)
+
+
 def hypercorn_config(config: WebConfig, fd: int) -> HypercornConfig:
     """hypercorn's settings for `config`, serving the listening socket `fd`."""
     settings = HypercornConfig()
@@ -226,6 +239,7 @@ class StatusServer:
 
     async def _main(self, app: StatusApp, settings: HypercornConfig) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(_quiet_disconnects)
         self._shutdown = asyncio.Event()
         self._ready.set()
         await serve(cast(Any, app), settings, shutdown_trigger=self._shutdown.wait, mode="asgi")
