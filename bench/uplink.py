@@ -69,7 +69,8 @@ class Encoding:
     label: str
     codec: str
     quality: int
-    max_width: int = 0
+    max_width: int = 0  # -2: half the source's width
+    preset: str = "veryfast"
     previous_default: bool = False
     default: bool = False
 
@@ -82,6 +83,7 @@ LADDER = (
     Encoding("H.264 CRF 28", "h264", 28, default=True),
     Encoding("H.264 CRF 33", "h264", 33),
     Encoding("H.264 CRF 38", "h264", 38),
+    Encoding("H.264 CRF 28, ultrafast", "h264", 28, preset="ultrafast"),
     Encoding("H.264 CRF 28, half width", "h264", 28, max_width=-2),
     Encoding("HEVC CRF 28", "hevc", 28),
     Encoding("HEVC CRF 33", "hevc", 33),
@@ -248,6 +250,7 @@ def _requests(source: Source, encoding: Encoding) -> tuple[list[pb.FrameRequest]
             crf=encoding.quality,
             max_crf=encoding.quality,
             max_width=width,
+            preset=encoding.preset,  # type: ignore[arg-type]
             keyframe_interval_s=3_600.0,
         )
         encoder = VideoUplinkEncoder(config, budget_bytes_per_s=1e12)

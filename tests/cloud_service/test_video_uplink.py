@@ -21,9 +21,7 @@ BUDGET = 500_000.0
 
 
 def packets(n: int, **config: object) -> list[pb.VideoPacket]:
-    encoder = VideoUplinkEncoder(
-        UplinkConfig.model_validate(config), budget_bytes_per_s=BUDGET
-    )
+    encoder = VideoUplinkEncoder(UplinkConfig.model_validate(config), budget_bytes_per_s=BUDGET)
     return [to_proto(encoder.encode(scene(i), now=0.5 * i)) for i in range(n)]
 
 
@@ -200,9 +198,7 @@ def test_a_gap_is_answered_keyframe_required_and_the_batch_goes_on() -> None:
     jpeg = pb.FrameRequest(
         agent_id="agent-1", camera_id="cam-2", frame_id=9, request_id="j", jpeg=make_jpeg()
     )
-    results = processor.process(
-        [video_request(stream[0], 1), video_request(stream[2], 3), jpeg]
-    )
+    results = processor.process([video_request(stream[0], 1), video_request(stream[2], 3), jpeg])
     codes = [r.status.code for r in results]
     assert codes == [0, grpc.StatusCode.FAILED_PRECONDITION.value[0], 0]
     assert [r.keyframe_required for r in results] == [False, True, False]

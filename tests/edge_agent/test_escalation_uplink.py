@@ -68,9 +68,7 @@ def make_stage() -> Iterator[Callable[..., EscalationStage]]:
         stage.close()
 
 
-def _serve(
-    factory: ServerFactory, detector: FakeDetector, codecs: Sequence[str]
-) -> RunningServer:
+def _serve(factory: ServerFactory, detector: FakeDetector, codecs: Sequence[str]) -> RunningServer:
     videos = VideoSessions(codecs=codecs) if codecs else None
     processor = DetectorFrameProcessor(detector, FAKE_MODEL, videos=videos)
     return factory(processor, servicer_kwargs={"uplink_codecs": tuple(codecs)})
