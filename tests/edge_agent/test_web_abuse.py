@@ -825,3 +825,29 @@ def test_a_page_on_another_origin_cannot_reload_or_embed(
 class _QuietHandler(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def test_a_reload_slower_than_the_client_timeout_still_answers() -> None:
+    """The timeouts bound what a client sends, not how long the agent takes to answer (a reload
+    that loads a new model may take longer than `client_timeout_s`)."""
+
+    def slow_reload() -> dict[str, object]:
+        time.sleep(2.5)
+        return {"ok": True, "message": "reloaded: new model"}
+
+    config = WebConfig(port=0, client_timeout_s=1.0)
+    with StatusServer(config, LiveView(), dict, reload=slow_reload) as server:
+        headers = {"Content-Length": "0", "Connection": "close"}
+        answer = _exchange(server.port, _request("POST", "/api/reload", server.port, headers))
+
+    assert _statuses(answer) == [200], answer
+    assert answer.endswith(b'"message":"reloaded: new model"}')
+
+
+def test_a_taken_port_fails_start_with_os_error(serve: Callable[..., Page]) -> None:
+    page = serve()
+    second = StatusServer(WebConfig(port=page.port), LiveView(), dict)
+
+    with pytest.raises(OSError):
+        second.start()
+    assert _healthy(page)
