@@ -851,3 +851,19 @@ def test_a_taken_port_fails_start_with_os_error(serve: Callable[..., Page]) -> N
     with pytest.raises(OSError):
         second.start()
     assert _healthy(page)
+
+
+@pytest.mark.parametrize(("authority", "expected"), [("localhost", 200), ("evil.example", 400)])
+def test_http2_authority_is_the_host_checked(
+    serve: Callable[..., Page], authority: str, expected: int
+) -> None:
+    page = serve()  # no auth, on loopback: loopback names only
+    headers = [(":method", "GET"), (":path", "/api/status"), (":scheme", "http")]
+    with socket.create_connection(("127.0.0.1", page.port), timeout=15) as sock:
+        connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        connection.initiate_connection()
+        status, _ = _h2_exchange(
+            sock, connection, [*headers, (":authority", f"{authority}:{page.port}")], None
+        )
+
+    assert status == expected
