@@ -117,9 +117,9 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
     # The uplink's encodings at the default budget (the JPEG row is the previous default).
     uplinks: list[tuple[str, dict[str, Any]]] = [
         ("JPEG uplink", {"uplink": {"codec": "jpeg"}}),
-        ("H.264 CRF 23", {"uplink": {"crf": 23}}),
-        ("H.264 CRF 33", {"uplink": {"crf": 33}}),
-        ("HEVC CRF 28", {"uplink": {"codec": "hevc"}}),
+        ("H.264 CRF 26", {"uplink": {"crf": 26}}),
+        ("H.264 CRF 32", {"uplink": {"crf": 32}}),
+        ("HEVC CRF 20", {"uplink": {"codec": "hevc"}}),
         ("H.264 at half width", {"uplink": {"max_width": 320}}),
     ]
     for label, updates in uplinks:

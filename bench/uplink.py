@@ -79,14 +79,15 @@ LADDER = (
     Encoding("JPEG q85", "jpeg", 85, previous_default=True),
     Encoding("JPEG q60", "jpeg", 60),
     Encoding("JPEG q40", "jpeg", 40),
+    Encoding("H.264 CRF 18", "h264", 18),
+    Encoding("H.264 CRF 20", "h264", 20, default=True),
     Encoding("H.264 CRF 23", "h264", 23),
-    Encoding("H.264 CRF 28", "h264", 28, default=True),
+    Encoding("H.264 CRF 28", "h264", 28),
     Encoding("H.264 CRF 33", "h264", 33),
-    Encoding("H.264 CRF 38", "h264", 38),
-    Encoding("H.264 CRF 28, ultrafast", "h264", 28, preset="ultrafast"),
-    Encoding("H.264 CRF 28, half width", "h264", 28, max_width=-2),
-    Encoding("HEVC CRF 28", "hevc", 28),
-    Encoding("HEVC CRF 33", "hevc", 33),
+    Encoding("H.264 CRF 20, ultrafast", "h264", 20, preset="ultrafast"),
+    Encoding("H.264 CRF 20, half width", "h264", 20, max_width=-2),
+    Encoding("HEVC CRF 20", "hevc", 20),
+    Encoding("HEVC CRF 26", "hevc", 26),
 )
 
 

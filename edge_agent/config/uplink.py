@@ -29,16 +29,17 @@ class UplinkConfig(StrictModel):
         ),
     )
     crf: int = Field(
-        default=28,
+        default=20,
         ge=0,
         le=51,
         description=(
-            "Constant rate factor of the encoder: lower is better quality and more bytes. The "
-            "quality the encoder returns to whenever the byte budget allows."
+            "Constant rate factor of the encoder: lower is better quality and more bytes (+6 is "
+            "about half the bytes). The quality the encoder returns to whenever the byte budget "
+            "allows; 20 is the quality of the benches' camera streams."
         ),
     )
     max_crf: int = Field(
-        default=38,
+        default=36,
         ge=0,
         le=51,
         description=(
