@@ -688,13 +688,19 @@ class EscalationConfig(StrictModel):
         default=2.0, gt=0.0, le=1_000.0, description="Budget of escalated frames per camera."
     )
     per_camera_bytes_per_s: int = Field(
-        default=500_000, ge=1_000, le=10**10, description="Budget of JPEG bytes per camera."
+        default=500_000,
+        ge=1_000,
+        le=10**10,
+        description=(
+            "Budget of uplink bytes per camera (video packets, JPEGs and crops); the video "
+            "uplink's quality follows it (uplink.max_crf). Size it from docs/uplink.md."
+        ),
     )
     per_agent_frames_per_s: float = Field(
         default=10.0, gt=0.0, le=10_000.0, description="Budget of escalated frames, all cameras."
     )
     per_agent_bytes_per_s: int = Field(
-        default=4_000_000, ge=1_000, le=10**11, description="Budget of JPEG bytes, all cameras."
+        default=4_000_000, ge=1_000, le=10**11, description="Budget of uplink bytes, all cameras."
     )
     uncertain_confidence_low: float = Field(
         default=0.25, ge=0.0, le=1.0, description="Lower end of the uncertain confidence band."
