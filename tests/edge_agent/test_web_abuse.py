@@ -27,6 +27,7 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import pydantic
 import pytest
 
 from edge_agent.config.web import WebConfig
@@ -868,3 +869,24 @@ def test_http2_authority_is_the_host_checked(
         )
 
     assert status == expected
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"max_request_head_bytes": 512}, "greater than or equal to 1024"),
+        ({"max_request_body_bytes": -1}, "greater than or equal to 0"),
+        ({"max_request_body_bytes": 2**21}, "less than or equal to 1048576"),
+        ({"max_concurrent_requests": 0}, "greater than or equal to 1"),
+        ({"client_timeout_s": 0}, "greater than 0"),
+        ({"allowed_hosts": ["edge-01.lan:8480/x"]}, "should match pattern"),
+        ({"allowed_hosts": [""]}, "at least 1 character"),
+        ({"allowed_hosts": ["edge-01.lan", "[::1]", "192.168.1.5"]}, None),
+    ],
+)
+def test_the_limits_are_bounded_in_config(settings: dict[str, Any], error: str | None) -> None:
+    if error is None:
+        WebConfig.model_validate(settings)
+    else:
+        with pytest.raises(pydantic.ValidationError, match=re.escape(error)):
+            WebConfig.model_validate(settings)
