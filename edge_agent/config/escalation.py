@@ -83,7 +83,7 @@ class VerificationMemoryConfig(StrictModel):
         description="A verification older than this no longer settles a track (re-check it).",
     )
     score_drop: float = Field(
-        default=0.2,
+        default=0.3,
         ge=0.0,
         le=1.0,
         description=(
@@ -116,6 +116,17 @@ class VerificationMemoryConfig(StrictModel):
         description=(
             "Tracks and boxes on a frame sent to the cloud are settled until its answer is "
             "fused or this long has passed (no answer): asking again meanwhile asks the same."
+        ),
+    )
+    region_s: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=600.0,
+        description=(
+            "An untracked edge box (no confirmed track: a weak box under the tracker's "
+            "threshold) inside what a cloud answer fused this recently looked at is settled: "
+            "the cloud saw that place and either has it (a track, a box of the memory) or found "
+            "nothing there. 0 turns it off."
         ),
     )
     box_iou: float = Field(

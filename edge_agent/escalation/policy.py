@@ -119,6 +119,7 @@ class FrameSignals:
         settled: Collection[int] = frozenset(),
         settled_boxes: Sequence[Box] = (),
         asked: Collection[int] = frozenset(),
+        verified_regions: Sequence[Box] = (),
     ) -> FrameSignals:
         """Signals of a frame from its detections (after tracking) and the tracker's tracks.
 
@@ -126,7 +127,8 @@ class FrameSignals:
         are on a frame sent and not answered yet (`VerificationMemory.settled`); their
         uncertain scores, crowding, small size, being tentative or just lost are not signals:
         the cloud resolved them or is resolving them. An untracked box overlapping one of
-        `settled_boxes` (untracked boxes the cloud recently looked at) is settled too. A track
+        `settled_boxes` (untracked boxes the cloud recently looked at), or with its centre in
+        one of `verified_regions` (what recent answers looked at), is settled too. A track
         held on the cloud's word that the edge never saw stays a signal (too small or faint
         for the edge: only the cloud keeps it) unless `asked` (on a frame awaiting its answer);
         one the edge saw and lost is settled while its verification holds.
@@ -143,6 +145,7 @@ class FrameSignals:
             settled,
             settled_boxes,
             config.signals.verification.box_iou,
+            verified_regions,
         )
         uncertain = (confidence < high) & unsettled
         areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
@@ -192,6 +195,7 @@ def _unsettled(
     settled: Collection[int],
     settled_boxes: Sequence[Box],
     box_iou: float,
+    verified_regions: Sequence[Box] = (),
 ) -> npt.NDArray[np.bool_]:
     """Per box: not settled by the verification memory (see `FrameSignals.from_frame`)."""
     done = np.isin(tracker_id, np.fromiter(settled, dtype=np.int64, count=len(settled)))
@@ -199,6 +203,10 @@ def _unsettled(
     if settled_boxes and untracked.any():
         others = np.asarray(settled_boxes, dtype=np.float64).reshape(-1, 4)
         done[untracked] = _best_iou(xyxy[untracked], others) >= box_iou
+    if verified_regions and untracked.any():
+        cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2.0, (xyxy[:, 1] + xyxy[:, 3]) / 2.0
+        for x1, y1, x2, y2 in verified_regions:
+            done |= untracked & (cx >= x1) & (cx <= x2) & (cy >= y1) & (cy <= y2)
     return ~done
 
 

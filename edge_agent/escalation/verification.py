@@ -16,6 +16,7 @@ Pure: frame indices come in from the caller (the camera's tracker frame index), 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ from edge_agent.config.escalation import VerificationMemoryConfig
 Box = tuple[float, float, float, float]
 PENDING_KEPT = 256  # escalated frames awaiting an answer (as the pipeline's ESCALATED_KEPT)
 BOXES_KEPT = 512  # verified untracked boxes kept (the newest)
+WHOLE_FRAME: Box = (-math.inf, -math.inf, math.inf, math.inf)
 
 
 class VerifiableTrack(Protocol):
@@ -86,6 +88,9 @@ class VerificationMemory:
         self.config = config
         self._max_age_frames = config.max_age_s * fps
         self._pending_frames = config.pending_s * fps
+        self._region_frames = config.region_s * fps
+        # what answers looked at (a whole frame: WHOLE_FRAME), with the tracker frame fused at
+        self._regions: list[tuple[int, Box]] = []
         self._verified: dict[int, VerifiedState] = {}
         # escalated capture frame -> what was on it, until its answer
         self._pending: dict[int, _Asked] = {}
@@ -145,6 +150,10 @@ class VerificationMemory:
         there: a box the edge cannot track, or one the cloud has nothing for, gets the same
         answer again), and so are the places the cloud returned a box for."""
         asked = self._pending.pop(frame_id, None)
+        looked_at = [(frame_index, r) for r in regions] if regions else [(frame_index, WHOLE_FRAME)]
+        near = frame_index - self._region_frames
+        self._regions = [(f, r) for f, r in self._regions if f >= near] + looked_at
+        del self._regions[:-BOXES_KEPT]
         horizon = frame_index - self._max_age_frames
         self._boxes = [(f, b) for f, b in self._boxes if f >= horizon]
         if asked is not None:
@@ -166,6 +175,16 @@ class VerificationMemory:
         horizon = frame_index - self._max_age_frames
         boxes = [b for f, b in self._boxes if f >= horizon]
         return tuple(boxes + [b for a in self._asked(frame_index) for b in a.boxes])
+
+    def verified_regions(self, frame_index: int) -> tuple[Box, ...]:
+        """What answers fused within `region_s` of tracker frame `frame_index` looked at
+        (`WHOLE_FRAME` for a whole frame): an untracked box there is no longer news to the
+        cloud, whether it found something there (then a track or a box of the memory has it)
+        or nothing."""
+        if not self.config.enabled:
+            return ()
+        near = frame_index - self._region_frames
+        return tuple(r for f, r in self._regions if f >= near)
 
     def asked(self, frame_index: int) -> frozenset[int]:
         """Ids of the tracks on frames sent and not answered yet (within `pending_s`)."""
@@ -206,7 +225,9 @@ class VerificationMemory:
             return False  # a long time since the cloud looked
         if int(track.class_id) != state.class_id:
             return False  # class doubt
-        if track.time_since_update == 0 and track.last_score < state.score - config.score_drop:
+        if track.time_since_update > 0:
+            return True  # no edge box to compare: a prediction's size and overlap say nothing
+        if track.last_score < state.score - config.score_drop:
             return False  # the edge is less sure of it than when the cloud confirmed it
         jump = 1.0 + config.size_change
         if state.area > 0.0 and not state.area / jump <= area <= state.area * jump:
@@ -218,6 +239,7 @@ class VerificationMemory:
         self._verified.clear()
         self._pending.clear()
         self._boxes.clear()
+        self._regions.clear()
 
 
 def _centre_inside(box: Box, regions: Sequence[Box]) -> bool:

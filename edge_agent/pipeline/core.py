@@ -336,6 +336,7 @@ class CameraPipeline:
         settled = memory.settled(tracker.tracks, tracker.frame_index) if memory else frozenset()
         settled_boxes = memory.settled_boxes(tracker.frame_index) if memory else ()
         asked = memory.asked(tracker.frame_index) if memory else frozenset()
+        regions = memory.verified_regions(tracker.frame_index) if memory else ()
         signals = FrameSignals.from_frame(
             tracked,
             tracker.tracks,
@@ -346,6 +347,7 @@ class CameraPipeline:
             settled,
             settled_boxes,
             asked,
+            regions,
         )
         return self.escalator.decide(signals, self.name)
 

@@ -58,8 +58,8 @@ def test_a_verified_track_is_settled_until_it_changes() -> None:
     [
         ({}, True),
         ({"class_id": 2}, False),  # class doubt
-        ({"last_score": 0.25}, False),  # the edge's score fell by 0.25 > 0.2
-        ({"last_score": 0.35}, True),  # by 0.15: within score_drop
+        ({"last_score": 0.15}, False),  # the edge's score fell by 0.35 > 0.3
+        ({"last_score": 0.25}, True),  # by 0.25: within score_drop
         ({"box": (100.0, 100.0, 160.0, 260.0)}, False),  # area x2.4: a size jump
         ({"box": (105.0, 100.0, 145.0, 200.0)}, True),  # moved, same size
     ],
@@ -98,11 +98,25 @@ def test_asked_tracks_and_boxes_are_settled_until_answered_or_pending_s() -> Non
     assert set(memory.settled_boxes(4)) == {A, B}  # what the edge had and what the cloud saw
 
 
-def test_crops_verify_only_the_boxes_they_looked_at() -> None:
-    memory = _memory()
+def test_crops_verify_only_the_boxes_and_the_places_they_looked_at() -> None:
+    memory = _memory(region_s=1.0)
     memory.sent(frame_id=1, untracked=[A, B], tracks=[], frame_index=0)
-    memory.answered(1, [(90.0, 90.0, 150.0, 210.0)], frame_index=2)
+    crop = (90.0, 90.0, 150.0, 210.0)
+    memory.answered(1, [crop], frame_index=2)
     assert memory.settled_boxes(3) == (A,)
+    assert memory.verified_regions(3) == (crop,)
+    assert memory.verified_regions(13) == ()  # more than region_s ago
+    memory.answered(2, (), frame_index=20)  # a whole frame looked at everything
+    (whole,) = memory.verified_regions(21)
+    assert whole[0] == -np.inf and whole[2] == np.inf
+
+
+def test_a_lost_track_keeps_its_verification() -> None:
+    """Without an edge box there is nothing to compare: a prediction's size says nothing."""
+    memory = _memory()
+    memory.record([Track(1, A)], {1}, frame_index=0)
+    shrunk = Track(1, (120.0, 150.0, 121.0, 151.0), time_since_update=2, last_score=0.1)
+    assert memory.settled([shrunk], 3) == {1}
 
 
 def test_gone_tracks_are_forgotten_and_off_settles_nothing() -> None:
@@ -155,11 +169,20 @@ def test_a_busy_settled_frame_is_not_hard_and_a_new_doubt_is() -> None:
     more = _frame([a, b, c], [0.5, 0.5, 0.5], [1, 2, -1])
     signals = FrameSignals.from_frame(more, [a, b], 640, 480, config, settled=settled)
     assert signals.uncertain == (c.box,)
-    # ... unless the cloud looked at that very box
+    # ... unless the cloud looked at that very box, or at that place lately
     looked = FrameSignals.from_frame(
         more, [a, b], 640, 480, config, settled=settled, settled_boxes=[c.box]
     )
     assert looked.uncertain == ()
+    there = (380.0, 280.0, 460.0, 420.0)
+    place = FrameSignals.from_frame(
+        more, [a, b], 640, 480, config, settled=settled, verified_regions=[there]
+    )
+    assert place.uncertain == ()
+    elsewhere = FrameSignals.from_frame(
+        more, [a, b], 640, 480, config, settled=settled, verified_regions=[A]
+    )
+    assert elsewhere.uncertain == (c.box,)
 
 
 def test_a_held_track_the_edge_never_saw_stays_hard() -> None:
