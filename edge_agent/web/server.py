@@ -22,7 +22,9 @@ must arrive within `client_timeout_s` of connecting or of the previous answer (s
 read within `client_timeout_s`, a body is handed over in bounded chunks (at most 10 queued) and
 a connection whose body the app left unread is closed. uvicorn (h11 or httptools) has no
 deadline on a request head: a client sending one byte a second holds its connection for ever.
-aiohttp brings six compiled dependencies and no head deadline either. Cleartext HTTP/2 (prior
+aiohttp (3.14) would do too (its keep-alive timer runs from the connect), but brings compiled
+dependencies (its llhttp parser, multidict, yarl, propcache, frozenlist) for a page that uses
+none of its client or routing, where hypercorn is pure Python. Cleartext HTTP/2 (prior
 knowledge or `Upgrade: h2c`) is hypercorn's and cannot be turned off; its streams go through
 the same app and checks (tested).
 
