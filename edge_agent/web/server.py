@@ -14,9 +14,10 @@ Routes (GET and HEAD; every one but `/healthz` behind the configured auth):
 
 Why hypercorn (0.18, pure Python: h11 for HTTP/1.1, h2 for HTTP/2; runs wherever CPython does,
 Jetson and Raspberry Pi included, and pulls no C extension and no torch): its parser is h11,
-which refuses a negative, non-numeric or repeated-and-different `Content-Length`, obsolete line
-folding and heads over `max_request_head_bytes`, frames every body by its length or chunks (a
-body is never read as the next request), and answers all of that 400 without calling the app;
+which refuses a negative, non-numeric or repeated-and-different `Content-Length`, any
+`Transfer-Encoding` but `chunked`, and a head still incomplete past `max_request_head_bytes`
+(the app counts a head that arrives whole), frames every body by its length or chunks (a body
+is never read as the next request), and answers all of that 400 without calling the app;
 and its connection loop has the deadlines a status page on a network needs: a request head
 must arrive within `client_timeout_s` of connecting or of the previous answer (slowloris), each
 read within `client_timeout_s`, a body is handed over in bounded chunks (at most 10 queued) and
