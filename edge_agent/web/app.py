@@ -4,10 +4,11 @@ head before any of its body is read.
 The HTTP parsing, framing and connection timeouts are the server's (hypercorn and h11, see
 `server.py`); what this module decides, in this order, from the request head alone:
 
-1. at most `max_concurrent_requests` at once (503), one `Host`, `Authorization`, `Origin`,
-   `Content-Type` and `Content-Length` each (400), a `Host` the page answers to (400, see
+1. at most `max_concurrent_requests` at once (503), a head within `max_request_head_bytes`
+   (431), one `Host`, `Authorization`, `Origin`, `Content-Type` and `Content-Length` each and not
+   both `Content-Length` and `Transfer-Encoding` (400);
+2. `/healthz` (GET or HEAD) answers `ok` to anyone; then a `Host` the page answers to (400, see
    `WebConfig.allowed_hosts`: a page on loopback without auth is not reachable by DNS rebinding);
-2. `/healthz` (GET or HEAD) answers `ok` to anyone;
 3. only GET, HEAD and POST (405, with `Allow`); no body on GET or HEAD (400); a declared body over
    `max_request_body_bytes` (413);
 4. credentials (401);
@@ -283,10 +284,13 @@ class StatusApp:
 
     async def _handle(self, request: _Request, receive: Receive, responder: _Responder) -> None:
         self._check_head(request)
-        if request.path == "/healthz":
+        if request.path == "/healthz":  # for probes, by whatever name they use
             self._check_read(request)
             await responder.whole(200, b"ok\n")
             return
+        rule = self._allowed_hosts
+        if rule is not None and not rule.allows(_host_name(request.headers.get("host", ""))):
+            raise _Refusal(400, "this host name is not served here\n")
         if request.method not in _ALLOWED_METHODS:
             raise _Refusal(405, "method not allowed\n", [("allow", ", ".join(_ALLOWED_METHODS))])
         if request.method in _READ_METHODS:
@@ -309,9 +313,6 @@ class StatusApp:
             raise _Refusal(400, f"repeated header: {', '.join(sorted(set(request.duplicated)))}\n")
         if request.declared_length is not None and "transfer-encoding" in request.headers:
             raise _Refusal(400, "both Content-Length and Transfer-Encoding\n")  # smuggling
-        rule = self._allowed_hosts
-        if rule is not None and not rule.allows(_host_name(request.headers.get("host", ""))):
-            raise _Refusal(400, "this host name is not served here\n")
 
     def _check_read(self, request: _Request) -> None:
         if request.method not in _READ_METHODS:

@@ -415,6 +415,8 @@ def test_only_the_pages_own_host_names_are_answered(
     ).encode()
 
     assert _statuses(_exchange(page.port, raw)) == [expected]
+    probe = raw.replace(b"/api/status", b"/healthz")
+    assert _statuses(_exchange(page.port, probe)) == [200]  # probes, by any name
 
 
 # ---- heads: size and speed ----------------------------------------------------------------------
