@@ -541,6 +541,8 @@ class EscalationClient:
         """The codecs the replica announces at the start of the stream (see the .proto); an
         older replica sends none (its headers come with its first answer) and gets JPEG."""
         metadata = call.initial_metadata() or ()
+        if not metadata and not call.is_active():  # the stream failed before the replica spoke
+            return
         announced = next(
             (str(value) for key, value in metadata if key == UPLINK_CODECS_METADATA_KEY), ""
         )

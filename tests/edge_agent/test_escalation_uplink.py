@@ -162,3 +162,22 @@ def test_the_jpeg_uplink_setting_sends_jpeg_to_any_replica(
     _wait_codecs(stage)
     assert all(r.ok for r in _send_and_collect(stage, [0, 1]))
     assert stage.uplinks.counters.video_frames == 0
+
+
+def test_a_cloud_that_goes_away_is_not_taken_for_one_without_the_codec(
+    grpc_server_factory: ServerFactory,
+    make_stage: Callable[..., EscalationStage],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stream that breaks before the replica's headers (a killed replica) says nothing about
+    its codecs: no JPEG-fallback warning, and video again once a replica answers."""
+    server = _serve(grpc_server_factory, RecordingDetector(), ("h264",))
+    with caplog.at_level(logging.INFO, logger="edge_agent.escalation.client"):
+        stage = make_stage(server.target)
+        _wait_codecs(stage)
+        server.server.stop(None).wait()
+        deadline = time.monotonic() + WAIT_S
+        while stage.client.stream_id < 3:  # reconnect attempts against nothing
+            assert time.monotonic() < deadline, "the client did not retry"
+            time.sleep(0.05)
+    assert not [r for r in caplog.records if "does not decode" in r.getMessage()]
