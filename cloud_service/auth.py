@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from configkit.log_limit import RateLimitedLog
 from configkit.secrets import SecretError, SecretRef
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     """Rejects calls without `authorization: Bearer <token>` for one of `tokens`.
 
     Health checks are exempt so that load balancers and kubelets can probe without a token.
+    Rejections are logged at most once per 10 s (a client retrying a wrong token writes one line,
+    and the next says how many were left out).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
             raise AuthConfigError("at least one token is required")
         self._tokens = tuple(t.encode() for t in tokens)
         self._exempt_prefixes = exempt_prefixes
+        self._rejection_log = RateLimitedLog(logger, logging.INFO, interval_s=10.0)
 
     def _authorized(self, metadata: tuple[tuple[str, str | bytes], ...] | None) -> bool:
         for key, value in metadata or ():
@@ -100,5 +104,5 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
             return handler
         if self._authorized(handler_call_details.invocation_metadata):
             return handler
-        logger.info("unauthenticated call to %s rejected", method)
+        self._rejection_log.log("unauthenticated call to %s rejected", method)
         return _abort_handler(handler, "missing or invalid bearer token")

@@ -27,7 +27,7 @@ from cloud_service.server import create_server
 from cloud_service.servicer import InferenceServicer
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
-from tests.fixtures.grpc_server import make_request
+from tests.fixtures.grpc_server import ServerFactory, make_request
 
 ROOT = Path(__file__).resolve().parents[2]
 COCO_FP32 = ROOT / "models" / "coco" / "nanodet-coco-fp32.onnx"
@@ -185,3 +185,23 @@ def test_start_up_names_the_loaded_model_and_a_stop_drains_once(
     assert "<metadata>" not in line and f"(port {service.port})" in line
     drains = [r for r in caplog.records if r.getMessage().startswith("batcher draining")]
     assert len(drains) == 1, [r.getMessage() for r in drains]
+
+
+def test_wrong_tokens_log_one_line(
+    grpc_server_factory: ServerFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="cloud_service.auth")
+    monkeypatch.setenv("LOG_TEST_TOKENS", "right")
+    config = ServerConfig(listen_address="127.0.0.1:0", auth_tokens_env="LOG_TEST_TOKENS")
+    running = grpc_server_factory(_Echo(), config)
+    for _ in range(20):
+        with pytest.raises(grpc.RpcError) as refused:
+            running.stub.DetectFrame(
+                make_request(), metadata=(("authorization", "Bearer wrong"),), timeout=10
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "cloud_service.auth"]
+    assert lines == ["unauthenticated call to /analytics.v1.InferenceService/DetectFrame rejected"]
