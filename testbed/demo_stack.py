@@ -173,6 +173,8 @@ def start_cloud_service(
     port = int(port_text) or free_tcp_port(host)
     document = config.model_dump(mode="json", exclude_none=True)
     document["server"]["listen_address"] = f"{host}:{port}"
+    # nothing scrapes it here, and its fixed port may be taken (another service on the box)
+    document.setdefault("metrics", {})["enabled"] = False
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "cloud-service.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
