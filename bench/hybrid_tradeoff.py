@@ -89,9 +89,12 @@ def _merged(document: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-PREVIOUS_DEFAULTS: dict[str, Any] = {"regions": {"enabled": True}}
-"""The previous release's defaults (one row): crops of the hard boxes where they are few and
-small (`regions.enabled`) instead of whole frames."""
+PREVIOUS_DEFAULTS: dict[str, Any] = {
+    "uplink": {"codec": "jpeg"},
+    "signals": {"verification": {"enabled": False}},
+}
+"""The previous release's defaults (one row): whole frames as independent JPEGs, and no
+verification memory (a settled track's doubts made frames hard again)."""
 
 
 def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
@@ -117,6 +120,8 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
     # The uplink's encodings at the default budget (the JPEG row is the previous default).
     uplinks: list[tuple[str, dict[str, Any]]] = [
         ("JPEG uplink", {"uplink": {"codec": "jpeg"}}),
+        ("verification memory off", {"signals": {"verification": {"enabled": False}}}),
+        ("previous release", PREVIOUS_DEFAULTS),
         ("H.264 CRF 26", {"uplink": {"crf": 26}}),
         ("H.264 CRF 32", {"uplink": {"crf": 32}}),
         ("HEVC CRF 20", {"uplink": {"codec": "hevc"}}),
@@ -180,7 +185,6 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("cloud hints >= 0.5", {"focus": {"hint_min_score": 0.5}}),
         ("crops, cloud hints off", {"regions": {"enabled": True}, "focus": {"cloud_hints": False}}),
         ("score lift for life", {"fusion": {"vouch_ms": None}}),
-        ("previous defaults", PREVIOUS_DEFAULTS),
     ]
     for label, updates in policy:
         out.append(
