@@ -317,6 +317,25 @@ def _raw_request(index: int) -> pb.FrameRequest:
     return request
 
 
+def timing(source: Source, ladder: Sequence[Encoding], repeats: int = 3) -> list[Row]:
+    """Only the edge's encoding and the cloud's decoding times of every encoding (the best of
+    `repeats` passes, so that other work on the machine counts as little as it can); no
+    detector runs."""
+    rows = []
+    for encoding in ladder:
+        best: Row | None = None
+        for _ in range(repeats):
+            requests, row = _requests(source, encoding)
+            row.decode_ms = _decode_times(requests)
+            if best is None or np.mean(row.encode_ms) + np.mean(row.decode_ms) < np.mean(
+                best.encode_ms
+            ) + np.mean(best.decode_ms):
+                best = row
+        assert best is not None  # noqa: S101 - repeats >= 1
+        rows.append(best)
+    return rows
+
+
 def measure(source: Source, ladder: Sequence[Encoding]) -> list[Row]:
     """Every encoding of the ladder on `source`, and the camera-stream baseline first."""
     processor, closeable = source.processor()
@@ -411,6 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="escalated frames per second")
     parser.add_argument("--frames", type=int, default=400, help="frames per clip (400)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="only encode and decode times (best of 3, no detector): uplink_timing.{md,json}",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -424,10 +448,13 @@ def main(argv: list[str] | None = None) -> int:
         for spec in args.scenes.split(",")
         if spec.strip()
     ]
-    results = [(source, measure(source, LADDER)) for source in sources]
+    run = timing if args.timing_only else measure
+    results = [(source, run(source, LADDER)) for source in sources]
     given = argv if argv is not None else sys.argv[1:]
     command = ("python -m bench.uplink " + " ".join(given)).strip()
-    sections = [f"# The uplink's quality ladder\n\n`{command}`"]
+    name = "uplink_timing" if args.timing_only else "uplink"
+    title = "encoding and decoding times" if args.timing_only else "quality ladder"
+    sections = [f"# The uplink's {title}\n\n`{command}`"]
     for source, rows in results:
         sections.append(
             f"## {source.label} ({source.width}x{source.height}, {source.fps:g} fps, "
@@ -448,8 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     document = "\n\n".join(sections)
     print(document)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "uplink.md").write_text(document + "\n")
-    (args.out / "uplink.json").write_text(
+    (args.out / f"{name}.md").write_text(document + "\n")
+    (args.out / f"{name}.json").write_text(
         json.dumps({"command": command, "sources": [record(s, r) for s, r in results]}, indent=1)
         + "\n"
     )

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 SUPPORTED_CODECS = ("h264", "hevc")
 
 SessionKey = tuple[str, str, str]
+_DECODE_THREADS = 2
 
 
 class VideoDecoder(Protocol):
@@ -92,8 +93,10 @@ class _Session:
     def __init__(self, codec: str, now: float) -> None:
         context = av.CodecContext.create(codec, "r")
         assert isinstance(context, av.VideoCodecContext)  # noqa: S101 - a video decoder name
-        # one thread: frame threading would hold pictures back (one packet must give one picture)
-        context.thread_count = 1
+        # slice threads, not frame threads: frame threading holds pictures back, and one packet
+        # must give one picture (the edge's x264 at zerolatency codes each frame in slices)
+        context.thread_type = "SLICE"
+        context.thread_count = _DECODE_THREADS
         context.options = {"err_detect": "crccheck+bitstream+buffer+explode"}
         self.context = context
         self.codec = codec
