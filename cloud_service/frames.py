@@ -148,9 +148,7 @@ def assemble_frame(
     )
 
 
-def decode_video(
-    request: pb.FrameRequest, videos: VideoDecoder | None
-) -> BgrImage | FrameRejected:
+def decode_video(request: pb.FrameRequest, videos: VideoDecoder | None) -> BgrImage | FrameRejected:
     """The whole frame of a `video` request from its session's decoder, or its rejection."""
     if videos is None:
         return FrameRejected(
