@@ -19,7 +19,8 @@ cloud. Its analysis is held down in one of two ways:
 The alerts of each run (`start` phases less retractions, from the frame outcomes) are matched
 against the scene's scripted events (`testbed.alert_check.match_events`, 1 s tolerance; times from
 the first frame, on the capture clock). Rows with `previous` run the settings before the slow-box
-fixes (`tracker.skip_iou_buffer: 0`, rules `confirm_within_s: 0`). Prints a markdown table and
+fixes (`tracker.skip_iou_buffer: 0`, `tracker.skip_backdate_origin: false`, rules
+`confirm_within_s: 0`). Prints a markdown table and
 writes `bench/results/slow_box_alerts.{md,json}`.
 """
 
@@ -144,7 +145,7 @@ def scene_config(seed: int, work: Path, previous: bool) -> tuple[Scene, EdgeAgen
         loop_file=False,
     )
     if previous:
-        document["tracker"]["skip_iou_buffer"] = 0.0
+        document["tracker"].update(skip_iou_buffer=0.0, skip_backdate_origin=False)
         for rule in document["cameras"][0]["rules"]:
             if rule["kind"] in ("zone_enter", "zone_exit", "line_cross"):
                 rule["confirm_within_s"] = 0.0
@@ -303,8 +304,9 @@ def markdown(rows: list[Row], runs: list[Run], scenes: list[str], wall_s: float,
         "newest-frame slot, INT8 edge model, tracker, rules; no cloud), its analysis held down by "
         "a slow runtime (each inference takes 1 / (share x 25) s) or a CPU quota on the whole "
         "process. Alerts matched to the scripted events within 1 s. `current`: this release; "
-        "`previous`: `tracker.skip_iou_buffer: 0` and `confirm_within_s: 0` (the settings "
-        f"before the slow-box fixes). Machine load during the run: {load}. Wall time "
+        "`previous`: `tracker.skip_iou_buffer: 0`, `skip_backdate_origin: false` and "
+        "`confirm_within_s: 0` (the settings before the slow-box fixes). Machine load during the "
+        f"run: {load}. Wall time "
         f"{wall_s:.0f} s.",
         "",
         "| analysis held to | settings | runs | exact runs | analysed f/s (min-max) | "

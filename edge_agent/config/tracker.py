@@ -41,6 +41,16 @@ class TrackerConfig(StrictModel):
         le=10.0,
         description="Largest growth `skip_iou_buffer` gives a box, as a fraction of its size.",
     )
+    skip_backdate_origin: bool = Field(
+        default=True,
+        description=(
+            "A track first seen n camera frames after the analysed frame before it is judged by "
+            "the rules from where it was n - 1 frames earlier along its velocity (known once it "
+            "is confirmed): a box slower than its camera first catches an object that walked "
+            "into a zone or over a line in between past it. Nothing moves at the camera's full "
+            "rate (bench/results/slow_box_alerts.md)."
+        ),
+    )
     max_cosine_distance: float = Field(
         default=0.2, ge=0.0, le=2.0, description="Largest appearance distance accepted."
     )

@@ -102,6 +102,7 @@ class Track:
         # and one confirmed across a zone edge or a line still entered or crossed it
         x1, y1, x2, y2 = (float(v) for v in self.history[0][1])
         self.origin: tuple[float, float, float, float] = (x1, y1, x2, y2)
+        self.birth_steps = 1  # camera frame intervals from the analysed frame before its birth
 
     @property
     def class_id(self) -> int:

@@ -84,6 +84,7 @@ class DeepSortTracker:
         new_track_min_score: float | None = None,
         skip_iou_buffer: float = 0.0,
         skip_iou_buffer_max: float = 3.0,
+        skip_backdate_origin: bool = False,
     ) -> None:
         _check_range("max_age_frames", max_age_frames, 1, 10_000)
         _check_range("n_init", n_init, 1, 100)
@@ -119,6 +120,7 @@ class DeepSortTracker:
         self.skip_iou_buffer = float(skip_iou_buffer)
         self.skip_iou_buffer_max = float(skip_iou_buffer_max)
         self._buffer = 0.0  # this frame's IoU buffer (`skip_iou_buffer` x skipped intervals)
+        self.backdate_origins = bool(skip_backdate_origin)
         if new_track_min_score is None:
             new_track_min_score = self.confidence_threshold
         _check_range("new_track_min_score", new_track_min_score, 0.0, 1.0)
@@ -147,6 +149,7 @@ class DeepSortTracker:
             new_track_min_score=config.new_track_min_score,
             skip_iou_buffer=config.skip_iou_buffer,
             skip_iou_buffer_max=config.skip_iou_buffer_max,
+            skip_backdate_origin=config.skip_backdate_origin,
         )
 
     def update(
@@ -214,6 +217,7 @@ class DeepSortTracker:
         )
         second = self._second_pass(detections, first.unmatched_tracks, low)
 
+        confirmed_before = {id(track) for track in self.tracks if track.is_confirmed}
         for t, d in settled + first.matches + second.matches:
             feature = None if features is None or not embedded[d] else features[d]
             self.tracks[t].update(
@@ -229,6 +233,9 @@ class DeepSortTracker:
                 self._feature_frame[self.tracks[t].track_id] = self.frame_index
         for t in second.unmatched_tracks:
             self.tracks[t].mark_missed()
+        for track in self.tracks:
+            if track.is_confirmed and id(track) not in confirmed_before:
+                self._backdate_origin(track)
         if follow is not None:
             missed = [self.tracks[t] for t in second.unmatched_tracks]
             held = [t for t in missed if t.track_id in held_before]
@@ -251,6 +258,7 @@ class DeepSortTracker:
             if conf[d] < self.new_track_min_score:
                 continue
             self._start_track(detections, xyah, features if embedded[d] else None, d)
+            self.tracks[-1].birth_steps = steps
             if self.tracks[-1].is_confirmed:
                 tracker_id[d] = self.tracks[-1].track_id
         for track in self.tracks:
@@ -260,6 +268,22 @@ class DeepSortTracker:
         matched = {int(t) for t in tracker_id if t >= 0}
         tracked = Detections(xyxy, confidence, class_id, tracker_id)
         return Detections.concatenate([tracked, self._cloud_held(matched, frame_size)])
+
+    def _backdate_origin(self, track: Track) -> None:
+        """A track born `birth_steps` camera intervals after the analysed frame before it was
+        first seen somewhere in between: move its origin back along its velocity (known now it
+        is confirmed) by those intervals, less one, so the rules judge where it came from, not
+        where a slow box first caught it. One interval apart (the camera's full rate) nothing
+        moves."""
+        back = min(track.birth_steps, self.max_age_frames) - 1
+        if back <= 0 or not self.backdate_origins:
+            return
+        vx, vy = float(track.mean[4]), float(track.mean[5])
+        if not (math.isfinite(vx) and math.isfinite(vy)):
+            return
+        x1, y1, x2, y2 = track.origin
+        dx, dy = vx * back, vy * back
+        track.origin = (x1 - dx, y1 - dy, x2 - dx, y2 - dy)
 
     def _follow_held(
         self, tracks: list[Track], before: dict[int, FloatArray], follow: FollowFunction

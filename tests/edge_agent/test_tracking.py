@@ -209,6 +209,33 @@ def test_buffered_iou_changes_nothing_at_the_cameras_full_rate() -> None:
     assert [int(t) for t in buffered.update(far).tracker_id] == [2]
 
 
+@pytest.mark.parametrize(
+    ("backdate", "steps", "moved_back"), [(True, 5, True), (False, 5, False), (True, 1, False)]
+)
+def test_a_track_first_seen_after_a_gap_is_judged_from_where_it_came(
+    backdate: bool, steps: int, moved_back: bool
+) -> None:
+    """An object at 5 px per camera frame, first seen 5 frames after the last analysed frame:
+    once confirmed (its velocity known), its origin moves back along it by 4 frames (about
+    20 px, as far as the Kalman filter has learnt the speed); at the camera's full rate (1 frame
+    apart) it stays where it was born."""
+    tracker = DeepSortTracker(n_init=3, skip_iou_buffer=0.3, skip_backdate_origin=backdate)
+    tracker.update(Detections.empty())
+    x = 50.0
+    tracker.update(_dets([_box(x, 60)]), steps=steps)  # born: x1 = 30
+    for _ in range(2):
+        x += 5.0 * steps
+        tracker.update(_dets([_box(x, 60)]), steps=steps)
+    (track,) = tracker.tracks
+    assert track.is_confirmed
+    x1, y1, _, _ = track.origin
+    assert y1 == pytest.approx(40.0, abs=1.0)  # it moved along x only
+    if moved_back:
+        assert 5.0 <= x1 <= 20.0, track.origin
+    else:
+        assert x1 == pytest.approx(30.0), track.origin
+
+
 def test_the_iou_buffer_is_capped() -> None:
     tracker = DeepSortTracker(n_init=2, skip_iou_buffer=1.0, skip_iou_buffer_max=0.5)
     tracker.update(_dets([_box(50, 60)]))
