@@ -263,6 +263,7 @@ def variants() -> list[Variant]:
         (2.0, "refine off", {"focus": {"refine_max_px": 0}}),
         (2.0, "box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
         (2.0, "trust at 75 %", {"fusion": {"min_agreement": 0.75}}),
+        (2.0, "verification memory off", {"signals": {"verification": {"enabled": False}}}),
         (2.0, "previous defaults", PREVIOUS_DEFAULTS),
         # at 4 frames/s, where more answers let the cloud's errors in
         (4.0, "cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
