@@ -139,8 +139,8 @@ class VideoSessions:
             if not packet.keyframe and (session.broken or packet.sequence != session.next_sequence):
                 expected = session.next_sequence
                 session.broken = True
-                self._event("reference_lost")
-                raise VideoRejected(
+                raise self._refuse(
+                    "reference_lost",
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"video packet {packet.sequence} of session {packet.session!r} needs packet "
                     f"{expected} first, which this server has not decoded: send a keyframe",
@@ -170,9 +170,11 @@ class VideoSessions:
 
     def _check(self, packet: pb.VideoPacket) -> None:
         def invalid(message: str) -> VideoRejected:
-            self._event("invalid")
-            return VideoRejected(
-                grpc.StatusCode.INVALID_ARGUMENT, message, keyframe_required=not packet.keyframe
+            return self._refuse(
+                "invalid",
+                grpc.StatusCode.INVALID_ARGUMENT,
+                message,
+                keyframe_required=not packet.keyframe,
             )
 
         if packet.codec not in self.codecs:
@@ -205,8 +207,8 @@ class VideoSessions:
                 self._sessions.move_to_end(key)
             self._evict(now)
         if session is None:
-            self._event("reference_lost")
-            raise VideoRejected(
+            raise self._refuse(
+                "reference_lost",
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"video session {packet.session!r} is unknown here (a new replica, or its "
                 "decoder was evicted): send a keyframe",
@@ -229,16 +231,16 @@ class VideoSessions:
         try:
             frames = session.context.decode(av.Packet(packet.data))
         except (av.FFmpegError, ValueError) as exc:
-            self._event("corrupt")
-            raise VideoRejected(
+            raise self._refuse(
+                "corrupt",
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"video packet {packet.sequence} of session {packet.session!r} does not decode: "
                 f"{exc}",
                 keyframe_required=True,
             ) from exc
         if len(frames) != 1:
-            self._event("corrupt")
-            raise VideoRejected(
+            raise self._refuse(
+                "corrupt",
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"video packet {packet.sequence} gave {len(frames)} pictures, expected 1 "
                 "(B-frames or several access units in one packet are not supported)",
@@ -246,8 +248,8 @@ class VideoSessions:
             )
         picture = frames[0]
         if picture.width * picture.height > self.limits.max_image_pixels:
-            self._event("invalid")
-            raise VideoRejected(
+            raise self._refuse(
+                "invalid",
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"decoded picture {picture.width}x{picture.height} exceeds "
                 f"{self.limits.max_image_pixels} pixels",
@@ -255,6 +257,13 @@ class VideoSessions:
             )
         image = picture.to_ndarray(format="bgr24")
         return np.ascontiguousarray(image, dtype=np.uint8)
+
+    def _refuse(
+        self, event: str, code: grpc.StatusCode, message: str, *, keyframe_required: bool = True
+    ) -> VideoRejected:
+        """Count `event` and make the rejection of one packet."""
+        self._event(event)
+        return VideoRejected(code, message, keyframe_required=keyframe_required)
 
     def _event(self, name: str) -> None:
         if self._on_event is not None:

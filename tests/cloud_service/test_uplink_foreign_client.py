@@ -8,22 +8,20 @@ import base64
 import json
 import shutil
 import subprocess
-import threading
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
 import av
 import grpc
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from cloud_service.decoders.video import VideoSessions
 from cloud_service.processor import DetectorFrameProcessor
-from detection.detections import Detections
 from tests.edge_agent.test_uplink import scene
-from tests.fixtures.grpc_server import FAKE_MODEL, FakeDetector, ServerFactory
+from tests.fixtures.grpc_server import FAKE_MODEL, RecordingDetector, ServerFactory
+
+pytestmark = pytest.mark.process  # ffmpeg and node
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT = REPO / "tests" / "foreign" / "uplink_client.mjs"
@@ -32,20 +30,6 @@ NODE_MODULES = REPO / ".cache" / "node-grpc"
 PACKAGES = ("@grpc/grpc-js@1", "@grpc/proto-loader@0.7")
 FRAMES = 6
 WIDTH, HEIGHT = 320, 240
-
-
-class RecordingDetector(FakeDetector):
-    """`FakeDetector` keeping a copy of every picture."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.images: list[npt.NDArray[np.uint8]] = []
-        self._images_lock = threading.Lock()
-
-    def detect(self, images: Sequence[npt.NDArray[np.uint8]]) -> list[Detections]:
-        with self._images_lock:
-            self.images.extend(image.copy() for image in images)
-        return super().detect(images)
 
 
 @pytest.fixture(scope="session")

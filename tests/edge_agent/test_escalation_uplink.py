@@ -4,42 +4,31 @@ cloud servicer on loopback, new and old (a replica that does not announce the co
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from cloud_service.decoders.video import VideoSessions
 from cloud_service.processor import DetectorFrameProcessor
-from detection.detections import Detections
 from edge_agent.capture import CapturedFrame
 from edge_agent.config.escalation import EscalationConfig
 from edge_agent.escalation import EscalationClient, EscalationDecision, EscalationResult
 from edge_agent.pipeline.escalation import EscalationStage
 from tests.edge_agent.test_uplink import scene
-from tests.fixtures.grpc_server import FAKE_MODEL, FakeDetector, RunningServer, ServerFactory
+from tests.fixtures.grpc_server import (
+    FAKE_MODEL,
+    FakeDetector,
+    RecordingDetector,
+    RunningServer,
+    ServerFactory,
+)
 
 WAIT_S = 20.0
 WHOLE_FRAME = EscalationDecision(
     send=True, score=1.0, reasons=("refresh",), mode="frame", estimated_bytes=1_000
 )
-
-
-class RecordingDetector(FakeDetector):
-    """`FakeDetector` that keeps a copy of every image it was given."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.images: list[npt.NDArray[np.uint8]] = []
-        self._images_lock = threading.Lock()
-
-    def detect(self, images: Sequence[npt.NDArray[np.uint8]]) -> list[Detections]:
-        with self._images_lock:
-            self.images.extend(image.copy() for image in images)
-        return super().detect(images)
 
 
 @pytest.fixture
