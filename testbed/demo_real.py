@@ -60,6 +60,7 @@ from testbed.demo_stack import (
     start_mqtt,
     step,
     temporary_outbox,
+    warm_up,
     watch_agent,
 )
 from testbed.media import LICENCE_NOTES, probe_video, sample_clip
@@ -172,6 +173,7 @@ def start_real_stack(args: argparse.Namespace, say: Printer, stack: contextlib.E
         say(f"== edge agent: {edge_model.name}, {EDGE_CONFIG.relative_to(REPO_ROOT)}: tracker, "
             f"zone and line rules, escalation <= {args.escalation_fps:g} frames/s")  # fmt: skip
         agent = EdgeAgent.from_config(config)
+        warm_up(agent, clip)
         if not class_names:  # none in the config: the detector has the model's own
             class_names = [str(n) for n in getattr(agent.detector, "class_names", ())]
             feed.class_names = class_names
