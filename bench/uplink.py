@@ -42,11 +42,16 @@ import numpy.typing as npt
 from bench import _hybrid_sim as sim
 from bench import real_hybrid as real
 from bench import truth as verified
+from cloud_service.config import CloudServiceConfig
 from cloud_service.decoders import CpuDecoder
 from cloud_service.decoders.video import VideoSessions
+from cloud_service.engines import Engine, create_engine
+from cloud_service.models import ModelInfo
 from cloud_service.processor import DetectorFrameProcessor
+from configkit.yaml_loader import load_config
 from detection.detections import Detections
 from detection.metrics import GroundTruth, compute_metrics
+from detection.runtimes.config import OnnxRuntimeConfig
 from edge_agent.config.uplink import UplinkConfig
 from edge_agent.detect_command import read_frames
 from edge_agent.escalation import build_frame_request
@@ -77,7 +82,6 @@ class Encoding:
 
 LADDER = (
     Encoding("JPEG q85", "jpeg", 85, previous_default=True),
-    Encoding("JPEG q60", "jpeg", 60),
     Encoding("JPEG q40", "jpeg", 40),
     Encoding("H.264 CRF 18", "h264", 18),
     Encoding("H.264 CRF 20", "h264", 20, default=True),
@@ -87,7 +91,6 @@ LADDER = (
     Encoding("H.264 CRF 20, ultrafast", "h264", 20, preset="ultrafast"),
     Encoding("H.264 CRF 20, half width", "h264", 20, max_width=-2),
     Encoding("HEVC CRF 20", "hevc", 20),
-    Encoding("HEVC CRF 26", "hevc", 26),
 )
 
 
@@ -169,7 +172,33 @@ def scene_source(spec: str, rate: float, frames: int | None, threads: int) -> So
     )
 
 
-def clip_source(name: str, rate: float, frames: int, threads: int) -> Source:
+CPU_CLOUD_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cloud-service.cpu.yaml"
+
+
+def config_processor(config_path: Path, threads: int) -> tuple[DetectorFrameProcessor, Engine]:
+    """The service's frame processor around the engine of a shipped cloud config (CPU here)."""
+    config = load_config(config_path, CloudServiceConfig)
+    runtime = config.engine.runtime
+    if not isinstance(runtime, OnnxRuntimeConfig):
+        raise SystemExit(f"{config_path}: expected an onnxruntime engine, got {runtime.type}")
+    runtime = runtime.model_copy(
+        update={
+            "model_path": real.REPO_ROOT / runtime.model_path,
+            "providers": ["CPUExecutionProvider"],
+            "intra_op_threads": threads,
+        }
+    )
+    engine_config = config.engine.model_copy(
+        update={"runtime": runtime, "confidence_threshold": real.LOW_THRESHOLD}
+    )
+    engine = create_engine(engine_config, max_batch_size=1, slicing=config.slicing)
+    model = ModelInfo(name="nanodet-coco", version="cloud", class_names=tuple(real.coco_names()))
+    return DetectorFrameProcessor(engine, model), engine
+
+
+def clip_source(
+    name: str, rate: float, frames: int, threads: int, cloud_config: Path = CPU_CLOUD_CONFIG
+) -> Source:
     """A real clip: boxes scored against the verified truth where it exists."""
     video = sample_clip(real.MEDIA, name=name)
     data = real.prepare_clip(name, frames, threads, 0.5)
@@ -200,9 +229,10 @@ def clip_source(name: str, rate: float, frames: int, threads: int) -> Source:
         return out
 
     notes = [
+        f"cloud: {cloud_config.name}",
         f"verified truth on {len(scored)} of the escalated frames"
         if scored
-        else "no verified truth: agreement with the camera-stream row only"
+        else "no verified truth: agreement with the camera-stream row only",
     ]
     return Source(
         label=name,
@@ -215,7 +245,7 @@ def clip_source(name: str, rate: float, frames: int, threads: int) -> Source:
         images=_read(video, indices),
         stream_bytes=sim.camera_stream_bytes(video, data.n_frames),
         names=names,
-        processor=lambda: real.cloud_processor(threads),
+        processor=lambda: config_processor(cloud_config, threads),
         score=score,
         notes=notes,
     )
@@ -431,6 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=400, help="frames per clip (400)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
+        "--cloud-config",
+        type=Path,
+        default=CPU_CLOUD_CONFIG,
+        help="the cloud service config whose engine answers the real clips (the CPU one)",
+    )
+    parser.add_argument(
         "--timing-only",
         action="store_true",
         help="only encode and decode times (best of 3, no detector): uplink_timing.{md,json}",
@@ -440,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     sources = [
-        clip_source(name.strip(), args.rate, args.frames, args.threads)
+        clip_source(name.strip(), args.rate, args.frames, args.threads, args.cloud_config)
         for name in args.clips.split(",")
         if name.strip()
     ] + [
