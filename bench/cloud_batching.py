@@ -43,7 +43,7 @@ import grpc
 import numpy as np
 
 from bench._cloud_common import windowed_stream
-from cloud_service.jpeg import BgrImage, default_jpeg_decoder
+from cloud_service.decoders import BgrImage, create_codec
 from cloud_service.server import wait_until_serving
 from detection.config import DetectorConfig
 from detection.detector import Detector
@@ -139,7 +139,7 @@ def _detector(model: Model) -> Detector:
 
 def _engine_ms(detector: Detector, jpegs: list[bytes], batch: int, timed: int) -> float:
     """Median ms per `detect` call on `batch` decoded frames."""
-    decoder = default_jpeg_decoder()
+    decoder = create_codec()
     images = [decoder.decode(jpegs[i % len(jpegs)]) for i in range(batch)]
     detector.detect(images)  # warm-up (first run of this batch shape)
     runs = []
@@ -154,7 +154,7 @@ def _overlap(
     detector: Detector, jpegs: list[bytes], batch: int, batches: int
 ) -> tuple[float, float]:
     """Frames/s with decoding serial to inference, and with the next batch decoded meanwhile."""
-    decoder = default_jpeg_decoder()
+    decoder = create_codec()
     payloads = [[jpegs[(b + i) % len(jpegs)] for i in range(batch)] for b in range(batches)]
 
     def decode(batch_jpegs: list[bytes]) -> list[BgrImage]:

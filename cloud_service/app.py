@@ -12,14 +12,13 @@ from typing import cast
 
 from cloud_service.batching import DynamicBatcher
 from cloud_service.config import BatchingConfig, CloudServiceConfig, DecoderConfig
-from cloud_service.decoders.base import Decoder
+from cloud_service.decoders.base import BgrImage, Decoder
 from cloud_service.decoders.factory import create_decoder
 from cloud_service.decoders.video import VideoLimits, VideoSessions
 from cloud_service.engines import Engine, create_engine
-from cloud_service.jpeg import BgrImage
 from cloud_service.metrics import MetricsExporter, ServiceMetrics, start_metrics_exporter
-from cloud_service.models import ModelTable, ServedModel, TrafficSplit
-from cloud_service.processor import DetectorFrameProcessor, ModelInfo
+from cloud_service.models import ModelInfo, ModelTable, ServedModel, TrafficSplit
+from cloud_service.processor import DetectorFrameProcessor
 from cloud_service.server import (
     DrainingServer,
     ServerBindError,

@@ -4,6 +4,7 @@
   (every frame of one agent on the same side, so its tracks see one model) or by frame. The same
   agent stays on the same side across replicas and restarts while the share is unchanged, and a
   larger share only moves agents from stable to candidate, never back.
+* `ServedModel` is one model: a `ScaleAwareDetector` with the `ModelInfo` its answers report.
 * `ModelTable` holds the `ServedModel`s and hands them out per batch (`checkout` / `release`).
   `replace` swaps in new models at once: batches already running finish on the old ones, which
   are closed when the last of those batches releases them. No frame waits for a load (the new
@@ -17,15 +18,41 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from cloud_service.processor import ModelInfo, ScaleAwareDetector
+    from cloud_service.decoders.base import BgrImage
+    from detection.detections import Detections
 
 logger = logging.getLogger(__name__)
 
 AssignBy = Literal["agent", "frame"]
 _HASH_SPACE = 2**64
+
+
+class ScaleAwareDetector(Protocol):
+    """A detector that can be told per image not to enlarge it (`detection.Detector`).
+
+    The processor passes `scale_up=False` for region crops so they run at native scale, and
+    True for whole frames. A detector whose `detect` takes no `scale_up` keyword still works
+    (`cloud_service.processor` wraps it), but its region crops are enlarged to the model input
+    like whole frames.
+    """
+
+    def detect(
+        self, images: Sequence[BgrImage], *, scale_up: bool | Sequence[bool] = True
+    ) -> list[Detections]:
+        """One `Detections` per image, in order; `scale_up`: one flag, or one per image."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the results report about the model: name, version and class names by class id."""
+
+    name: str
+    version: str
+    class_names: tuple[str, ...] = field(default=())
 
 
 def _no_version() -> str | None:

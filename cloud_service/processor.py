@@ -15,7 +15,7 @@ from cloud_service.convert import detections_to_proto, status_to_proto
 from cloud_service.decoders import BgrImage, CpuDecoder, Decoder, JpegLimits
 from cloud_service.decoders.video import VideoDecoder
 from cloud_service.frames import FrameRejected, PreparedFrame, decode_video, prepare_frames
-from cloud_service.models import ModelTable, ServedModel
+from cloud_service.models import ModelInfo, ModelTable, ScaleAwareDetector, ServedModel
 from detection.detections import Detections
 from detection.errors import InferenceUnavailableError
 from protos.analytics.v1 import analytics_pb2 as pb
@@ -32,21 +32,6 @@ class BatchDetector(Protocol):
         ...
 
 
-class ScaleAwareDetector(Protocol):
-    """A `BatchDetector` that can be told per image not to enlarge it (`detection.Detector`).
-
-    The processor passes `scale_up=False` for region crops so they run at native scale, and
-    True for whole frames. A detector whose `detect` takes no `scale_up` keyword still works,
-    but its region crops are enlarged to the model input like whole frames.
-    """
-
-    def detect(
-        self, images: Sequence[BgrImage], *, scale_up: bool | Sequence[bool] = True
-    ) -> list[Detections]:
-        """One `Detections` per image, in order; `scale_up`: one flag, or one per image."""
-        ...
-
-
 def accepts_scale_up(detector: BatchDetector) -> bool:
     """Whether `detector.detect` takes a `scale_up` keyword (or any keyword, `**kwargs`)."""
     try:
@@ -58,15 +43,6 @@ def accepts_scale_up(detector: BatchDetector) -> bool:
         (p.name == "scale_up" and p.kind in keyword) or p.kind is inspect.Parameter.VAR_KEYWORD
         for p in parameters
     )
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the results report about the model: name, version and class names by class id."""
-
-    name: str
-    version: str
-    class_names: tuple[str, ...] = field(default=())
 
 
 @dataclass

@@ -24,9 +24,10 @@ from cloud_service.convert import (
     detections_from_proto,
     status_code_from_proto,
 )
-from cloud_service.jpeg import default_jpeg_decoder
+from cloud_service.decoders import create_codec
 from cloud_service.metrics import ServiceMetrics, start_metrics_exporter
-from cloud_service.processor import DetectorFrameProcessor, ModelInfo
+from cloud_service.models import ModelInfo
+from cloud_service.processor import DetectorFrameProcessor
 from cloud_service.server import DrainingServer, create_server
 from cloud_service.servicer import InferenceServicer
 from detection.config import DetectorConfig
@@ -197,7 +198,7 @@ def test_boxes_match_a_direct_engine_call(
         for thread in threads:
             thread.join(RPC_TIMEOUT_S)
         unary = running.stub.DetectFrame(requests[0], timeout=RPC_TIMEOUT_S)
-        decoder = default_jpeg_decoder()
+        decoder = create_codec()
         direct = detector.detect([decoder.decode(j) for j in jpegs])
 
     by_frame = {r.frame_id: r for r in streamed}

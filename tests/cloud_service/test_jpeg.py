@@ -35,14 +35,6 @@ def test_default_decoder_prefers_simplejpeg() -> None:
     assert create_codec().name == "simplejpeg"
 
 
-def test_former_jpeg_module_names_still_work() -> None:
-    from cloud_service import jpeg
-
-    assert jpeg.JpegError is DecodeError and jpeg.JpegLimits is JpegLimits
-    assert jpeg.SimpleJpegDecoder is SimpleJpegCodec and jpeg.inspect_jpeg is inspect_jpeg
-    assert jpeg.default_jpeg_decoder().name == "simplejpeg"
-
-
 def test_inspect_reads_the_size() -> None:
     info = inspect_jpeg(make_jpeg(33, 17))
 

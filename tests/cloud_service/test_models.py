@@ -6,9 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from cloud_service.jpeg import BgrImage
-from cloud_service.models import ModelTable, ServedModel, TrafficSplit, split_point
-from cloud_service.processor import ModelInfo
+from cloud_service.decoders import BgrImage
+from cloud_service.models import ModelInfo, ModelTable, ServedModel, TrafficSplit, split_point
 from detection.detections import Detections
 
 
