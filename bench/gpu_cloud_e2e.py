@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.gpu_cloud import Report, Target
+from bench._gpu_common import Report, Target
 from bench.gpu_cloud_model import IMGSZ
 
 WARM_UP_S = 3.0

@@ -109,7 +109,7 @@ def gpu_rows(
         return []
     if not torch.cuda.is_available():
         return []
-    from cloud_service.decoders.nvjpeg import create_gpu_decoder
+    from cloud_service.decoders.factory import create_gpu_decoder
 
     rows = []
     for backend in ("nvimgcodec", "torchvision"):

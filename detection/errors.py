@@ -30,3 +30,7 @@ class InferenceUnavailableError(DetectionError):
 
     The frames of that call can be retried later; the cloud service answers them UNAVAILABLE.
     """
+
+
+class ExportError(DetectionError):
+    """A model could not be built, exported, quantised or converted (`detection.toolchain`)."""

@@ -1,5 +1,5 @@
 """GPU JPEG decoders (NVJPEG): torchvision's `decode_jpeg` on CUDA here, nvImageCodec batched
-decode in `nvimgcodec.py`, the shared batch handling and `create_gpu_decoder`.
+decode in `nvimgcodec.py`, the shared batch handling; `factory.create_gpu_decoder` picks one.
 
 Both import their library lazily and raise `RuntimeUnavailableError` where it, or a CUDA GPU, is
 missing. Every payload passes the header checks and limits first; the GPU sees only payloads that
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from detection.errors import RuntimeUnavailableError
 
 logger = logging.getLogger(__name__)
 
-NvjpegBackend = Literal["auto", "nvimgcodec", "torchvision"]
 DeviceImage = Any  # torch.Tensor uint8 (3, h, w) RGB on the GPU
 DeviceResult = DeviceImage | DecodeError
 
@@ -149,25 +148,3 @@ class TorchvisionNvjpegDecoder(BatchedGpuDecoder):
             return self._decode(tensor, mode=self._mode, device=self._device)
         except RuntimeError as exc:
             return DecodeError(f"cannot decode JPEG: {exc}")
-
-
-def create_gpu_decoder(
-    backend: NvjpegBackend = "auto",
-    *,
-    limits: JpegLimits | None = None,
-    device_id: int = 0,
-    threads: int = 4,
-) -> GpuDecoder:
-    """The NVJPEG decoder named by `backend`; `auto` tries nvImageCodec, then torchvision."""
-    names = ["nvimgcodec", "torchvision"] if backend == "auto" else [backend]
-    reasons: list[str] = []
-    for name in names:
-        try:
-            if name == "nvimgcodec":
-                from cloud_service.decoders.nvimgcodec import NvImageCodecDecoder
-
-                return NvImageCodecDecoder(limits=limits, device_id=device_id, threads=threads)
-            return TorchvisionNvjpegDecoder(limits=limits, device=f"cuda:{device_id}")
-        except RuntimeUnavailableError as exc:
-            reasons.append(f"{name}: {exc}")
-    raise RuntimeUnavailableError("no GPU JPEG decoder available: " + "; ".join(reasons))

@@ -36,7 +36,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from detection.errors import DetectionError
+from detection.errors import DetectionError, ExportError
 from detection.toolchain.dataset import LabelledDataset, load_dataset
 from detection.toolchain.distill_data import LabelCut
 from detection.toolchain.evaluate import (
@@ -46,7 +46,7 @@ from detection.toolchain.evaluate import (
     evaluate_source_model,
     load_model,
 )
-from detection.toolchain.export import ExportError, export_onnx, export_tflite_int8
+from detection.toolchain.export import export_onnx, export_tflite_int8
 from detection.toolchain.tensorrt_build import (
     EngineSettings,
     build_engine,

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detection.errors import DetectionError
+from detection.errors import DetectionError, ExportError
 from detection.label_format import read_camera_records
 from detection.metrics import MetricsResult
 from detection.toolchain.dataset import LabelledDataset, load_dataset
@@ -46,7 +46,7 @@ from detection.toolchain.distill_data import (
     write_training_set,
 )
 from detection.toolchain.evaluate import evaluate_model, onnx_class_names
-from detection.toolchain.export import ExportError, export_tflite_int8
+from detection.toolchain.export import export_tflite_int8
 from detection.toolchain.onnx_weights import trainable_checkpoint
 from detection.toolchain.train import FineTuneSpec, finetune_detector
 

@@ -27,11 +27,11 @@ import numpy as np
 import numpy.typing as npt
 import yaml
 
+from detection.errors import ExportError
 from detection.label_format import LabelRecord
 from detection.letterbox import PAD_VALUE
 from detection.metrics import GroundTruth
 from detection.toolchain.dataset import LabelledDataset, LabelledImage, load_dataset, yolo_lines
-from detection.toolchain.export import ExportError
 
 logger = logging.getLogger(__name__)
 

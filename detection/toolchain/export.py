@@ -13,16 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from detection.errors import DetectionError
+from detection.errors import ExportError
 
 logger = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp"})
 ImageSize = int | tuple[int, int]
-
-
-class ExportError(DetectionError):
-    """A model could not be built or exported."""
 
 
 def offline_environment() -> None:

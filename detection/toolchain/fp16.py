@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from detection.toolchain.export import ExportError
+from detection.errors import ExportError
 
 logger = logging.getLogger(__name__)
 

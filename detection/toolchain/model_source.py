@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 
 from configkit.base import StrictModel
-from detection.toolchain.export import ExportError
+from detection.errors import ExportError
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from detection.errors import ExportError
 from detection.letterbox import letterbox_batch
-from detection.toolchain.export import ExportError
 
 logger = logging.getLogger(__name__)
 

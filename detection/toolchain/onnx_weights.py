@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from detection.toolchain.export import ExportError, offline_environment
+from detection.errors import ExportError
+from detection.toolchain.export import offline_environment
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from detection.errors import ExportError
 from detection.letterbox import letterbox_batch
-from detection.toolchain.export import ExportError
 
 logger = logging.getLogger(__name__)
 

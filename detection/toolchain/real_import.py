@@ -27,6 +27,7 @@ import numpy.typing as npt
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
+from detection.errors import ExportError
 from detection.metrics import Agreement, agreement
 from detection.model_metadata import (
     BOX_UNITS_KEY,
@@ -34,7 +35,6 @@ from detection.model_metadata import (
     MODEL_NAME_KEY,
     MODEL_VERSION_KEY,
 )
-from detection.toolchain.export import ExportError
 from detection.toolchain.gfl_graph import (
     ADDED_NODE_PREFIXES,
     GflHead,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from detection.toolchain.export import ExportError
+from detection.errors import ExportError
 from detection.toolchain.quantize import FLOAT_HEAD_PATTERNS, quantize_int8
 
 logger = logging.getLogger(__name__)

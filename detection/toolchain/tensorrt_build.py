@@ -20,12 +20,12 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
-from detection.errors import DetectionError
+from detection.errors import DetectionError, ExportError
 from detection.letterbox import letterbox_batch
 from detection.runtimes._io import FloatArray
 from detection.runtimes.tensorrt import import_cudart
 from detection.runtimes.tensorrt import import_tensorrt as runtime_import_tensorrt
-from detection.toolchain.export import IMAGE_SUFFIXES, ExportError
+from detection.toolchain.export import IMAGE_SUFFIXES
 
 logger = logging.getLogger(__name__)
 

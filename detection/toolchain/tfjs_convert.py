@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from detection.toolchain.export import ExportError
+from detection.errors import ExportError
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,8 @@ class TorchRuntime:
             raise RuntimeUnavailableError(
                 "torch is not installed; the torch runtime needs the `tools` extra"
             ) from exc
-        from detection.toolchain.export import ExportError, build_model
+        from detection.errors import ExportError
+        from detection.toolchain.export import build_model
 
         path = config.model_path
         if not path.is_file():

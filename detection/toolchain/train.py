@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detection.toolchain.export import ExportError, offline_environment
+from detection.errors import ExportError
+from detection.toolchain.export import offline_environment
 
 logger = logging.getLogger(__name__)
 

@@ -344,7 +344,7 @@ def test_gpu_letterbox_matches_cpu_letterbox_on_the_gpu(
 def test_nvjpeg_decoders_isolate_bad_payloads(backend: str) -> None:  # pragma: no cover - GPU
     if backend == "nvimgcodec" and importlib.util.find_spec("nvidia.nvimgcodec") is None:
         pytest.skip("nvImageCodec not installed")
-    from cloud_service.decoders.nvjpeg import create_gpu_decoder
+    from cloud_service.decoders.factory import create_gpu_decoder
 
     decoder = create_gpu_decoder(backend, limits=LIMITS)  # type: ignore[arg-type]
     try:

@@ -21,7 +21,12 @@ import onnx
 import pytest
 from onnx import helper
 
-from detection.errors import ModelLoadError, RuntimeUnavailableError, UnknownOutputLayoutError
+from detection.errors import (
+    ExportError,
+    ModelLoadError,
+    RuntimeUnavailableError,
+    UnknownOutputLayoutError,
+)
 from detection.letterbox import letterbox_batch
 from detection.runtimes.base import _BUILTIN_MODULES
 from detection.toolchain.cache import cache_key
@@ -33,7 +38,6 @@ from detection.toolchain.evaluate import (
     load_model,
     open_detector,
 )
-from detection.toolchain.export import ExportError
 from detection.toolchain.tensorrt_build import (
     EngineSettings,
     build_engine,

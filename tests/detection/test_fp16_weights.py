@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from detection.toolchain.export import ExportError
+from detection.errors import ExportError
 from detection.toolchain.fp16 import store_weights_fp16
 
 

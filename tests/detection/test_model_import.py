@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from detection.errors import ExportError
 from detection.toolchain.cli import main
-from detection.toolchain.export import ExportError
 from detection.toolchain.gfl_graph import (
     GflHead,
     GraphRewriteError,

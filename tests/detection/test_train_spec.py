@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from detection.toolchain.export import ExportError
+from detection.errors import ExportError
 from detection.toolchain.train import TrainSpec, train_detector
 
 
