@@ -38,10 +38,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from cloud_service.identity import id_problem
-from configkit.metrics import BATCH_BUCKETS, TIME_BUCKETS_S, MetricsExporter, serve_registry
+from configkit.metrics import BATCH_BUCKETS, MetricDeclarer, MetricsExporter, serve_registry
 
 __all__ = ["MetricsExporter", "ServiceMetrics", "start_metrics_exporter"]
 
@@ -69,87 +69,60 @@ class ServiceMetrics:
         # stream key -> (last answered, status codes it has series for); least recent first
         self._stream_labels: OrderedDict[tuple[str, str], tuple[float, set[str]]] = OrderedDict()
         self._labels_lock = threading.Lock()
-        reg = self.registry
-        self.queue_time = Histogram(
-            f"{_PREFIX}queue_time_seconds",
-            "Time from admission to batch formation, per frame.",
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        declare = MetricDeclarer(_PREFIX, self.registry)
+        self.queue_time = declare.histogram(
+            "queue_time_seconds", "Time from admission to batch formation, per frame."
         )
-        self.batch_size = Histogram(
-            f"{_PREFIX}batch_size_frames",
-            "Frames per batch handed to the engine.",
-            buckets=BATCH_BUCKETS,
-            registry=reg,
+        self.batch_size = declare.histogram(
+            "batch_size_frames", "Frames per batch handed to the engine.", buckets=BATCH_BUCKETS
         )
-        self.decode_time = Histogram(
-            f"{_PREFIX}decode_time_seconds",
-            "JPEG decoding time per batch.",
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.decode_time = declare.histogram("decode_time_seconds", "JPEG decoding time per batch.")
+        self.inference_time = declare.histogram(
+            "inference_time_seconds", "Detector time per batch."
         )
-        self.inference_time = Histogram(
-            f"{_PREFIX}inference_time_seconds",
-            "Detector time per batch.",
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.in_flight = declare.gauge("frames_in_flight", "Frames admitted and not yet answered.")
+        self.queue_depth = declare.gauge("queue_depth_frames", "Frames waiting for a batch.")
+        self.rejected = declare.counter(
+            "frames_rejected", "Frames answered without inference, by reason.", "reason"
         )
-        self.in_flight = Gauge(
-            f"{_PREFIX}frames_in_flight", "Frames admitted and not yet answered.", registry=reg
+        self.frame_streams = declare.gauge(
+            "frame_streams", "Frame streams open (one per edge agent)."
         )
-        self.queue_depth = Gauge(
-            f"{_PREFIX}queue_depth_frames", "Frames waiting for a batch.", registry=reg
+        self.frame_streams_limit = declare.gauge(
+            "frame_streams_limit", "Frame streams this replica serves at once; 0: unlimited."
         )
-        self.rejected = Counter(
-            f"{_PREFIX}frames_rejected",
-            "Frames answered without inference, by reason.",
-            ["reason"],
-            registry=reg,
+        self.frame_streams_refused = declare.counter(
+            "frame_streams_refused", "Frame streams refused RESOURCE_EXHAUSTED at the stream limit."
         )
-        self.frame_streams = Gauge(
-            f"{_PREFIX}frame_streams", "Frame streams open (one per edge agent).", registry=reg
-        )
-        self.frame_streams_limit = Gauge(
-            f"{_PREFIX}frame_streams_limit",
-            "Frame streams this replica serves at once; 0: unlimited.",
-            registry=reg,
-        )
-        self.frame_streams_refused = Counter(
-            f"{_PREFIX}frame_streams_refused",
-            "Frame streams refused RESOURCE_EXHAUSTED at the stream limit.",
-            registry=reg,
-        )
-        self.frames = Counter(
-            f"{_PREFIX}frames",
+        self.frames = declare.counter(
+            "frames",
             "Frames answered, per stream key and status code.",
-            ["agent_id", "camera_id", "code"],
-            registry=reg,
+            "agent_id",
+            "camera_id",
+            "code",
         )
-        self.log_lines_suppressed = Counter(
-            f"{_PREFIX}log_lines_suppressed",
+        self.log_lines_suppressed = declare.counter(
+            "log_lines_suppressed",
             "Log lines left out by the per-event rate limit (stream_refused, malformed_request).",
-            ["event"],
-            registry=reg,
+            "event",
         )
-        self.stream_labels_evicted = Counter(
-            f"{_PREFIX}stream_labels_evicted",
+        self.stream_labels_evicted = declare.counter(
+            "stream_labels_evicted",
             "Label slots of frames_total taken over from a stream key silent for "
             "stream_label_idle_s (its series removed).",
-            registry=reg,
         )
 
-        self.model_frames = Counter(
-            f"{_PREFIX}model_frames",
+        self.model_frames = declare.counter(
+            "model_frames",
             "Frames answered with detections, per model name and version (A/B tests, swaps).",
-            ["model", "version"],
-            registry=reg,
+            "model",
+            "version",
         )
-        self.video_packets = Counter(
-            f"{_PREFIX}video_packets",
+        self.video_packets = declare.counter(
+            "video_packets",
             "Video uplink packets by outcome: decoded, reference_lost (keyframe asked for), "
             "corrupt, invalid, evicted (a camera's decoder dropped).",
-            ["outcome"],
-            registry=reg,
+            "outcome",
         )
 
     def observe_answer(

@@ -1,15 +1,23 @@
-"""Prometheus pieces shared by the edge agent and the cloud service: buckets and the exporter."""
+"""Prometheus pieces shared by the edge agent and the cloud service: buckets, a declarer, the
+exporter."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from threading import Thread
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-__all__ = ["BATCH_BUCKETS", "TIME_BUCKETS_S", "MetricsExporter", "serve_registry"]
+__all__ = [
+    "BATCH_BUCKETS",
+    "TIME_BUCKETS_S",
+    "MetricDeclarer",
+    "MetricsExporter",
+    "serve_registry",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +40,37 @@ TIME_BUCKETS_S = (
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 """Batch-size buckets (frames or images per batch)."""
+
+
+class MetricDeclarer:
+    """Declares metrics under one name prefix in one registry, one line each.
+
+    `labels` are the label names; a histogram takes the latency buckets unless given others.
+    """
+
+    def __init__(self, prefix: str, registry: CollectorRegistry) -> None:
+        self.prefix = prefix
+        self.registry = registry
+
+    def counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        """A counter `<prefix><name>_total`."""
+        return Counter(self.prefix + name, documentation, labels, registry=self.registry)
+
+    def gauge(self, name: str, documentation: str, *labels: str) -> Gauge:
+        """A gauge `<prefix><name>`."""
+        return Gauge(self.prefix + name, documentation, labels, registry=self.registry)
+
+    def histogram(
+        self,
+        name: str,
+        documentation: str,
+        *labels: str,
+        buckets: Sequence[float] = TIME_BUCKETS_S,
+    ) -> Histogram:
+        """A histogram `<prefix><name>` with `buckets` (seconds unless told otherwise)."""
+        return Histogram(
+            self.prefix + name, documentation, labels, buckets=buckets, registry=self.registry
+        )
 
 
 @dataclass

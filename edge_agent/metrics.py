@@ -51,10 +51,10 @@ from __future__ import annotations
 import threading
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter
 
 from configkit.common import MetricsConfig
-from configkit.metrics import BATCH_BUCKETS, TIME_BUCKETS_S, MetricsExporter, serve_registry
+from configkit.metrics import BATCH_BUCKETS, MetricDeclarer, MetricsExporter, serve_registry
 
 __all__ = [
     "CAMERA_STATES",
@@ -110,202 +110,129 @@ class EdgeMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        reg = self.registry
+        declare = MetricDeclarer(_PREFIX, self.registry)
         self._totals = _RunningTotals()
         self._states: dict[str, str] = {}
         self._states_lock = threading.Lock()
 
         # -- cameras --------------------------------------------------------------------------
-        self.frames = Counter(f"{_PREFIX}frames", "Frames analysed.", ["camera"], registry=reg)
-        self.frames_dropped = Counter(
-            f"{_PREFIX}frames_dropped",
-            "Frames the capture replaced before the pipeline took them.",
-            ["camera"],
-            registry=reg,
+        self.frames = declare.counter("frames", "Frames analysed.", "camera")
+        self.frames_dropped = declare.counter(
+            "frames_dropped", "Frames the capture replaced before the pipeline took them.", "camera"
         )
-        self.motion_skipped_frames = Counter(
-            f"{_PREFIX}motion_skipped_frames",
-            "Frames not analysed because nothing moved.",
-            ["camera"],
-            registry=reg,
+        self.motion_skipped_frames = declare.counter(
+            "motion_skipped_frames", "Frames not analysed because nothing moved.", "camera"
         )
-        self.camera_fps = Gauge(
-            f"{_PREFIX}camera_fps", "Frames analysed per second.", ["camera"], registry=reg
-        )
-        self.camera_target_fps = Gauge(
-            f"{_PREFIX}camera_target_fps",
+        self.camera_fps = declare.gauge("camera_fps", "Frames analysed per second.", "camera")
+        self.camera_target_fps = declare.gauge(
+            "camera_target_fps",
             "Frames per second the camera is configured to analyse (target_fps).",
-            ["camera"],
-            registry=reg,
+            "camera",
         )
-        self.camera_state = Gauge(
-            f"{_PREFIX}camera_state",
+        self.camera_state = declare.gauge(
+            "camera_state",
             "1 for the camera's current capture state, 0 for the others.",
-            ["camera", "state"],
-            registry=reg,
+            "camera",
+            "state",
         )
-        self.reconnects = Counter(
-            f"{_PREFIX}reconnects", "Stream reconnects.", ["camera"], registry=reg
-        )
+        self.reconnects = declare.counter("reconnects", "Stream reconnects.", "camera")
 
         # -- pipeline stages --------------------------------------------------------------------
-        self.detect_latency = Histogram(
-            f"{_PREFIX}detect_latency_seconds",
-            "Detector run per batch.",
-            ["runtime"],
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.detect_latency = declare.histogram(
+            "detect_latency_seconds", "Detector run per batch.", "runtime"
         )
-        self.model_info = Gauge(
-            f"{_PREFIX}model_info",
-            "1 for the detector model in use.",
-            ["model", "version", "runtime"],
-            registry=reg,
+        self.model_info = declare.gauge(
+            "model_info", "1 for the detector model in use.", "model", "version", "runtime"
         )
-        self.model_swaps = Counter(
-            f"{_PREFIX}model_swaps",
-            "Model swaps on reload, by outcome.",
-            ["outcome"],
-            registry=reg,
+        self.model_swaps = declare.counter(
+            "model_swaps", "Model swaps on reload, by outcome.", "outcome"
         )
-        self.detect_batch_size = Histogram(
-            f"{_PREFIX}detect_batch_size",
-            "Frames per detector batch.",
-            buckets=BATCH_BUCKETS,
-            registry=reg,
+        self.detect_batch_size = declare.histogram(
+            "detect_batch_size", "Frames per detector batch.", buckets=BATCH_BUCKETS
         )
-        self.track_latency = Histogram(
-            f"{_PREFIX}track_latency_seconds",
-            "Tracker update (embedding included) per frame.",
-            ["camera"],
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.track_latency = declare.histogram(
+            "track_latency_seconds", "Tracker update (embedding included) per frame.", "camera"
         )
-        self.rules_latency = Histogram(
-            f"{_PREFIX}rules_latency_seconds",
-            "Rules evaluation per frame.",
-            ["camera"],
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.rules_latency = declare.histogram(
+            "rules_latency_seconds", "Rules evaluation per frame.", "camera"
         )
-        self.end_to_end_latency = Histogram(
-            f"{_PREFIX}end_to_end_latency_seconds",
-            "Capture to results ready, per frame.",
-            ["camera"],
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.end_to_end_latency = declare.histogram(
+            "end_to_end_latency_seconds", "Capture to results ready, per frame.", "camera"
         )
-        self.embedded_boxes = Counter(
-            f"{_PREFIX}embedded_boxes",
-            "Boxes that went through the appearance embedder.",
-            ["camera"],
-            registry=reg,
+        self.embedded_boxes = declare.counter(
+            "embedded_boxes", "Boxes that went through the appearance embedder.", "camera"
         )
 
         # -- alerts -----------------------------------------------------------------------------
-        self.events = Counter(
-            f"{_PREFIX}events",
-            "Rule events.",
-            ["camera", "rule", "kind", "phase"],
-            registry=reg,
+        self.events = declare.counter("events", "Rule events.", "camera", "rule", "kind", "phase")
+        self.alert_latency = declare.histogram(
+            "alert_latency_seconds", "Capture to event queued in the outbox, per event."
         )
-        self.alert_latency = Histogram(
-            f"{_PREFIX}alert_latency_seconds",
-            "Capture to event queued in the outbox, per event.",
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.outbox_depth = declare.gauge(
+            "outbox_depth", "Alert messages waiting for the broker's acknowledgement."
         )
-        self.outbox_depth = Gauge(
-            f"{_PREFIX}outbox_depth",
-            "Alert messages waiting for the broker's acknowledgement.",
-            registry=reg,
+        self.outbox_dropped = declare.counter(
+            "outbox_dropped", "Alert messages dropped by the outbox bounds."
         )
-        self.outbox_dropped = Counter(
-            f"{_PREFIX}outbox_dropped",
-            "Alert messages dropped by the outbox bounds.",
-            registry=reg,
+        self.mqtt_connected = declare.gauge(
+            "mqtt_connected", "1 while connected to the MQTT broker."
         )
-        self.mqtt_connected = Gauge(
-            f"{_PREFIX}mqtt_connected", "1 while connected to the MQTT broker.", registry=reg
+        self.media_files = declare.counter(
+            "media_files", "Event snapshots, crops and clips written (media store)."
         )
-        self.media_files = Counter(
-            f"{_PREFIX}media_files",
-            "Event snapshots, crops and clips written (media store).",
-            registry=reg,
-        )
-        self.media_bytes = Counter(
-            f"{_PREFIX}media_bytes", "Bytes of event media written.", registry=reg
-        )
-        self.media_lost = Counter(
-            f"{_PREFIX}media_lost",
+        self.media_bytes = declare.counter("media_bytes", "Bytes of event media written.")
+        self.media_lost = declare.counter(
+            "media_lost",
             "Event media not written: `dropped` (queue full), `failed` (raised), `clip_frame` "
             "(frames missing from clips).",
-            ["reason"],
-            registry=reg,
+            "reason",
         )
-        self.media_deleted = Counter(
-            f"{_PREFIX}media_deleted", "Media files removed by retention.", registry=reg
-        )
-        self.webhook_events = Counter(
-            f"{_PREFIX}webhook_events",
+        self.media_deleted = declare.counter("media_deleted", "Media files removed by retention.")
+        self.webhook_events = declare.counter(
+            "webhook_events",
             "Events the webhook sink finished with, by outcome (`sent`, `failed`, `dropped`).",
-            ["outcome"],
-            registry=reg,
+            "outcome",
         )
-        self.webhook_queue = Gauge(
-            f"{_PREFIX}webhook_queue", "Events waiting for the webhook.", registry=reg
-        )
+        self.webhook_queue = declare.gauge("webhook_queue", "Events waiting for the webhook.")
 
         # -- escalation ---------------------------------------------------------------------------
-        self.escalations = Counter(
-            f"{_PREFIX}escalations",
-            "Frames escalated to the cloud, by outcome.",
-            ["camera", "outcome"],
-            registry=reg,
+        self.escalations = declare.counter(
+            "escalations", "Frames escalated to the cloud, by outcome.", "camera", "outcome"
         )
-        self.escalation_bytes = Counter(
-            f"{_PREFIX}escalation_bytes",
+        self.escalation_bytes = declare.counter(
+            "escalation_bytes",
             "Image bytes sent to the cloud, by mode (whole frame or crops).",
-            ["camera", "mode"],
-            registry=reg,
+            "camera",
+            "mode",
         )
-        self.uplink_frames = Counter(
-            f"{_PREFIX}uplink_frames",
+        self.uplink_frames = declare.counter(
+            "uplink_frames",
             "Whole frames sent to the cloud, by encoding (video keyframe or inter, or JPEG).",
-            ["camera", "kind"],
-            registry=reg,
+            "camera",
+            "kind",
         )
-        self.escalation_round_trip = Histogram(
-            f"{_PREFIX}escalation_round_trip_seconds",
-            "Escalation request to answer.",
-            buckets=TIME_BUCKETS_S,
-            registry=reg,
+        self.escalation_round_trip = declare.histogram(
+            "escalation_round_trip_seconds", "Escalation request to answer."
         )
-        self.fusion_changes = Counter(
-            f"{_PREFIX}fusion_changes",
-            "What fused cloud answers did to the tracks.",
-            ["camera", "change"],
-            registry=reg,
+        self.fusion_changes = declare.counter(
+            "fusion_changes", "What fused cloud answers did to the tracks.", "camera", "change"
         )
-        self.cloud_agreement = Gauge(
-            f"{_PREFIX}cloud_agreement",
+        self.cloud_agreement = declare.gauge(
+            "cloud_agreement",
             "Share of the tracks the edge is sure of that the cloud returned a box for.",
-            ["camera"],
-            registry=reg,
+            "camera",
         )
-        self.cloud_connected = Gauge(
-            f"{_PREFIX}cloud_connected", "1 while the cloud service is reachable.", registry=reg
+        self.cloud_connected = declare.gauge(
+            "cloud_connected", "1 while the cloud service is reachable."
         )
-        self.escalation_enabled = Gauge(
-            f"{_PREFIX}escalation_enabled",
+        self.escalation_enabled = declare.gauge(
+            "escalation_enabled",
             "1 when escalation to the cloud is configured (cloud_connected means something).",
-            registry=reg,
         )
-        self.escalation_deadline_mismatch = Gauge(
-            f"{_PREFIX}escalation_deadline_mismatch",
+        self.escalation_deadline_mismatch = declare.gauge(
+            "escalation_deadline_mismatch",
             "1 while most escalated frames expire before the cloud answers them "
             "(escalation.deadline_ms shorter than the cloud's queue plus inference).",
-            registry=reg,
         )
 
     def set_camera_state(self, camera: str, state: str) -> None:
