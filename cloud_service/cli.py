@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
+
 from cloud_service.auth import AuthConfigError
 from cloud_service.config import CloudServiceConfig
 from cloud_service.server import ServerBindError
@@ -18,43 +20,20 @@ from configkit.cli import (
     build_parser,
     locate_problems,
     run_cli,
-    validate_config_command,
+    validate_config_subcommand,
 )
-from configkit.yaml_loader import ConfigError, load_config
+from configkit.yaml_loader import ConfigError, LocatedMessage, load_config
 from detection.errors import DetectionError
 
 if TYPE_CHECKING:
     from configkit.cli import Subparsers
 
 
-def _validate_config(args: argparse.Namespace) -> int:
+def _model_checks(config: BaseModel) -> list[LocatedMessage]:
+    """The engine's model file exists and loads (imported only when the check runs)."""
     from detection.model_metadata import model_file_issues
 
-    return validate_config_command(
-        args.files,
-        CloudServiceConfig,
-        CloudServiceConfig.summary,
-        checks=None if args.skip_model_check else model_file_issues,
-    )
-
-
-def _add_validate_config(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "validate-config",
-        help="check config files and report every error with its line",
-        description=(
-            "Exit 0 when every FILE is valid, 1 when one is not, 2 when one cannot be read. "
-            "The engine's model file must exist and load (relative paths from the working "
-            "directory, as the service reads them)."
-        ),
-    )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="cloud service YAML config")
-    parser.add_argument(
-        "--skip-model-check",
-        action="store_true",
-        help="do not open the model files (validating a config away from the host that runs it)",
-    )
-    parser.set_defaults(handler=_validate_config)
+    return model_file_issues(config)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -71,10 +50,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve(config, reload_config=lambda: load_config(args.config, CloudServiceConfig))
     except DetectionError as exc:
-        from detection.model_metadata import model_file_issues
-
         # the field and YAML line of a missing or unreadable model, as validate-config says it
-        located = locate_problems(args.config, config, model_file_issues)
+        located = locate_problems(args.config, config, _model_checks)
         print(f"cloud-service serve: {located or exc}", file=sys.stderr)
         return 1
     except (ServerBindError, AuthConfigError) as exc:
@@ -151,7 +128,13 @@ def _add_triton_repository(subparsers: Subparsers) -> None:
 
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
 _SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (
-    _add_validate_config,
+    validate_config_subcommand(
+        CloudServiceConfig,
+        CloudServiceConfig.summary,
+        model_checks=_model_checks,
+        component="cloud service",
+        host="host",
+    ),
     _add_serve,
     _add_triton_repository,
 )

@@ -32,6 +32,7 @@ __all__ = [
     "locate_problems",
     "run_cli",
     "validate_config_command",
+    "validate_config_subcommand",
 ]
 
 EXIT_OK = 0
@@ -186,6 +187,60 @@ if TYPE_CHECKING:
 Handler = Callable[[argparse.Namespace], int]
 SubcommandRegistrar = Callable[["Subparsers"], None]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def validate_config_subcommand(
+    model: type[ModelT],
+    summarize: Callable[[ModelT], str] | None,
+    *,
+    model_checks: ModelCheck,
+    component: str,
+    host: str,
+    check_secrets_option: bool = False,
+) -> SubcommandRegistrar:
+    """The `validate-config` subcommand of a CLI whose YAML config is `model`.
+
+    FILE arguments and `--skip-model-check` (leaves `model_checks` out), plus `--check-secrets`
+    with `check_secrets_option`. `component` names what reads the config ("edge agent"), `host`
+    where it runs ("box"), for the help texts.
+    """
+
+    def handle(args: argparse.Namespace) -> int:
+        return validate_config_command(
+            args.files,
+            model,
+            summarize,
+            check_secrets=check_secrets_option and args.check_secrets,
+            checks=None if args.skip_model_check else model_checks,
+        )
+
+    def register(subparsers: Subparsers) -> None:
+        parser = subparsers.add_parser(
+            "validate-config",
+            help="check config files and report every error with its line",
+            description=(
+                "Exit 0 when every FILE is valid, 1 when one is not, 2 when one cannot be read. "
+                "Model files named in a config must exist and load (relative paths from the "
+                f"working directory, as the {component} reads them)."
+            ),
+        )
+        parser.add_argument("files", nargs="+", metavar="FILE", help=f"{component} YAML config")
+        if check_secrets_option:
+            parser.add_argument(
+                "--check-secrets",
+                action="store_true",
+                help="also require every secret named in the file to resolve now (env / "
+                "credentials)",
+            )
+        parser.add_argument(
+            "--skip-model-check",
+            action="store_true",
+            help=f"do not open the model files (validating a config away from the {host} that "
+            "runs it)",
+        )
+        parser.set_defaults(handler=handle)
+
+    return register
 
 
 def add_log_level_argument(parser: argparse.ArgumentParser, default: str) -> None:

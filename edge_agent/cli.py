@@ -15,7 +15,7 @@ from configkit.cli import (
     add_log_level_argument,
     build_parser,
     run_cli,
-    validate_config_command,
+    validate_config_subcommand,
 )
 from configkit.yaml_loader import LocatedMessage
 from detection.config import unknown_class_message
@@ -52,40 +52,6 @@ def _model_checks(config: BaseModel) -> list[LocatedMessage]:
                             )
                         )
     return issues
-
-
-def _validate_config(args: argparse.Namespace) -> int:
-    return validate_config_command(
-        args.files,
-        EdgeAgentConfig,
-        EdgeAgentConfig.summary,
-        check_secrets=args.check_secrets,
-        checks=None if args.skip_model_check else _model_checks,
-    )
-
-
-def _add_validate_config(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "validate-config",
-        help="check config files and report every error with its line",
-        description=(
-            "Exit 0 when every FILE is valid, 1 when one is not, 2 when one cannot be read. "
-            "Model files named in a config must exist and load (relative paths from the "
-            "working directory, as the agent reads them)."
-        ),
-    )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="edge agent YAML config")
-    parser.add_argument(
-        "--check-secrets",
-        action="store_true",
-        help="also require every secret named in the file to resolve now (env / credentials)",
-    )
-    parser.add_argument(
-        "--skip-model-check",
-        action="store_true",
-        help="do not open the model files (validating a config away from the box that runs it)",
-    )
-    parser.set_defaults(handler=_validate_config)
 
 
 def _detect(args: argparse.Namespace) -> int:
@@ -195,7 +161,14 @@ def _add_alerts(subparsers: Subparsers) -> None:
 
 # Add a subcommand by writing `_add_<name>` (which sets `handler`) and listing it here.
 _SUBCOMMANDS: tuple[SubcommandRegistrar, ...] = (
-    _add_validate_config,
+    validate_config_subcommand(
+        EdgeAgentConfig,
+        EdgeAgentConfig.summary,
+        model_checks=_model_checks,
+        component="edge agent",
+        host="box",
+        check_secrets_option=True,
+    ),
     _add_run,
     _add_alerts,
     _add_detect,
