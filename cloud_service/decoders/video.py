@@ -16,6 +16,7 @@ and it takes packets one by one without a container.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 import time
@@ -24,7 +25,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-import av
 import grpc
 import numpy as np
 
@@ -43,6 +43,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SUPPORTED_CODECS = ("h264", "hevc")
+PYAV_INSTALLED = importlib.util.find_spec("av") is not None
+"""PyAV comes with the `cloud` extra; without it the replica announces no codec (JPEG only)."""
 
 SessionKey = tuple[str, str, str]
 _DECODE_THREADS = 2
@@ -91,6 +93,8 @@ class VideoLimits:
 
 class _Session:
     def __init__(self, codec: str, now: float) -> None:
+        import av  # lazy: optional: only where the video uplink is decoded
+
         context = av.CodecContext.create(codec, "r")
         assert isinstance(context, av.VideoCodecContext)  # noqa: S101 - a video decoder name
         # slice threads, not frame threads: frame threading holds pictures back, and one packet
@@ -119,6 +123,12 @@ class VideoSessions:
     ) -> None:
         self.limits = limits or VideoLimits()
         self.codecs = tuple(c for c in codecs if c in SUPPORTED_CODECS)
+        if self.codecs and not PYAV_INSTALLED:
+            logger.warning(
+                "PyAV (the `av` package, in the cloud extra) is not installed: this replica "
+                "announces no video codec, and agents send JPEG"
+            )
+            self.codecs = ()
         self._clock = clock
         self._sessions: OrderedDict[SessionKey, _Session] = OrderedDict()
         self._lock = threading.Lock()
@@ -228,6 +238,8 @@ class VideoSessions:
             self._event("evicted")
 
     def _decode_one(self, session: _Session, packet: pb.VideoPacket) -> BgrImage:
+        import av  # lazy: loaded with the session's decoder
+
         try:
             frames = session.context.decode(av.Packet(packet.data))
         except (av.FFmpegError, ValueError) as exc:

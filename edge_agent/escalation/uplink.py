@@ -20,6 +20,7 @@ Pure apart from the codec: the caller passes `now` (monotonic seconds).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import uuid
@@ -27,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-import av
 import cv2
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,9 @@ import numpy.typing as npt
 from edge_agent.config.uplink import UplinkConfig
 
 logger = logging.getLogger(__name__)
+
+PYAV_INSTALLED = importlib.util.find_spec("av") is not None
+"""PyAV comes with the `edge` extra; without it the uplink is JPEG (said once)."""
 
 BgrImage = npt.NDArray[np.uint8]
 
@@ -79,6 +82,8 @@ class _Session:
     """An open encoder context and where its stream stands."""
 
     def __init__(self, codec: str, width: int, height: int, crf: int, config: UplinkConfig) -> None:
+        import av  # lazy: optional: only where the video uplink is used
+
         self.id = uuid.uuid4().hex[:16]
         self.width, self.height, self.crf = width, height, crf
         self.next_sequence = 0
@@ -94,6 +99,8 @@ class _Session:
         self.last_pts = -1
 
     def encode(self, image: BgrImage, pts: int, keyframe: bool) -> bytes:
+        import av  # lazy: loaded by the constructor already
+
         frame = av.VideoFrame.from_ndarray(image, format="bgr24")
         frame.pts = max(pts, self.last_pts + 1)  # strictly increasing, whatever the clock did
         self.last_pts = frame.pts
@@ -182,6 +189,8 @@ class VideoUplinkEncoder:
     def encode(self, image: BgrImage, now: float) -> EncodedPacket:
         """Encode one escalated frame (BGR) at `now` (monotonic seconds); raises
         `UplinkEncodeError` (the session is then ended: the next frame is a keyframe)."""
+        import av  # lazy: optional: the edge extra brings it (PYAV_INSTALLED)
+
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
             raise UplinkEncodeError(f"expected a BGR uint8 image, got {image.shape} {image.dtype}")
         height, width = image.shape[:2]
@@ -305,6 +314,13 @@ class CameraUplinks:
         camera_budget_bytes_per_s: float,
         session_started: Callable[[str, str], None] | None = None,
     ) -> None:
+        if config.codec != "jpeg" and not PYAV_INSTALLED:
+            logger.warning(
+                "escalation.uplink.codec is %s but PyAV (the `av` package, in the edge extra) is "
+                "not installed: escalated frames go as JPEG",
+                config.codec,
+            )
+            config = config.model_copy(update={"codec": "jpeg"})
         self.config = config
         self.counters = UplinkCounters()
         self._budget = camera_budget_bytes_per_s

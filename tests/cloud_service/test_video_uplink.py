@@ -203,3 +203,10 @@ def test_a_gap_is_answered_keyframe_required_and_the_batch_goes_on() -> None:
     assert codes == [0, grpc.StatusCode.FAILED_PRECONDITION.value[0], 0]
     assert [r.keyframe_required for r in results] == [False, True, False]
     assert np.isfinite(results[2].detections[0].x2)
+
+
+def test_without_pyav_a_replica_announces_no_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cloud_service.decoders.video as video_module
+
+    monkeypatch.setattr(video_module, "PYAV_INSTALLED", False)
+    assert VideoSessions().codecs == ()

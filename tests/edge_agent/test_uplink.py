@@ -240,3 +240,17 @@ def test_a_frame_libx264_refuses_goes_as_jpeg_and_the_camera_goes_on_with_a_keyf
     after = uplinks.encode("cam", scene(1), 1.0, stream_id=1, codecs=H264)
     assert first is not None and after is not None
     assert after.keyframe and after.session != first.session
+
+
+def test_without_pyav_the_uplink_is_jpeg_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A box installed without the edge extra has no PyAV: whole frames go as JPEG."""
+    import edge_agent.escalation.uplink as uplink_module
+
+    monkeypatch.setattr(uplink_module, "PYAV_INSTALLED", False)
+    with caplog.at_level(logging.WARNING, logger="edge_agent.escalation.uplink"):
+        uplinks = CameraUplinks(UplinkConfig(), camera_budget_bytes_per_s=BUDGET)
+    assert not uplinks.enabled
+    assert uplinks.encode("cam", scene(0), 0.0, stream_id=1, codecs=H264) is None
+    assert ["PyAV" in r.getMessage() for r in caplog.records] == [True]
