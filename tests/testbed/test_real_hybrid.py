@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+import pytest
 
 from bench import real_hybrid
 
@@ -19,4 +22,15 @@ def test_real_footage_trade_off_writes_one_record_per_variant(tmp_path: Path) ->
     assert records["edge only"]["clips"]["vtest"]["escalated_fraction"] == 0.0
     for record in records.values():
         assert 0.0 <= record["map50"] <= 1.0 and 0.0 <= record["f1"] <= 1.0
-    assert "hybrid 2 f/s" in (tmp_path / "real_hybrid.md").read_text()
+        assert 0.0 <= record["reference_map50"] <= 1.0
+        # scored on the hand-verified truth's frames within the 12 simulated: 0 and 10
+        assert record["clips"]["vtest"]["truth_frames"] == 2
+    assert 0.0 <= records["edge only"]["f1_person"] <= 1.0
+    document = (tmp_path / "real_hybrid.md").read_text()
+    assert "hybrid 2 f/s" in document and "hand-verified truth" in document
+
+
+def test_gap_closed_is_the_share_of_the_edge_to_cloud_difference() -> None:
+    assert real_hybrid.gap_closed(0.75, 0.5, 1.0) == 0.5
+    assert real_hybrid.gap_closed(0.4, 0.5, 1.0) == pytest.approx(-0.2)  # worse than the edge
+    assert math.isnan(real_hybrid.gap_closed(0.9, 0.8, 0.7))  # the cloud is not better
