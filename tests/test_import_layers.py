@@ -2,9 +2,9 @@
 
 Floors, lowest first: `configkit` and `protos` import none of the others; `detection` imports
 neither side; `edge_agent` and `cloud_service` never import each other; none of these imports
-`testbed` or `bench`, and `testbed` imports no bench. And no import circle between modules of any package here: lazy
-imports inside functions and `TYPE_CHECKING` blocks count, since a circle there is still two
-modules that cannot be understood apart.
+`testbed` or `bench`, and `testbed` imports no bench. And no import circle between modules of any
+package here: lazy imports inside functions and `TYPE_CHECKING` blocks count, since a circle
+there is still two modules that cannot be understood apart.
 """
 
 from __future__ import annotations

@@ -96,6 +96,7 @@ def _engine_for(document: dict[str, Any], folder: Path) -> Iterator[None]:
         yield
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("path", CLOUD_CONFIGS, ids=lambda p: p.name)
 def test_cloud_config_serves_real_detections(tmp_path: Path, path: Path, bus_jpeg: bytes) -> None:
     document = _local_cloud(path)

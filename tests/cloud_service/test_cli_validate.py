@@ -95,6 +95,7 @@ def test_unreadable_file(tmp_path: Path) -> None:
     assert main(["validate-config", str(tmp_path)]) == 2  # a directory cannot be read
 
 
+@pytest.mark.process
 def test_module_entry_point(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(BAD)

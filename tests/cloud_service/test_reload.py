@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import pytest
 import simplejpeg
 import yaml
 
@@ -92,6 +93,7 @@ def test_reload_swaps_the_model_under_load_without_losing_a_frame(bus_image: Ima
         assert "3.0.4-fp32" not in versions[versions.index("3.0.4-int8") :]
 
 
+@pytest.mark.process
 def test_sighup_reloads_the_config_file_of_a_running_service(
     tmp_path: Path, bus_image: Image
 ) -> None:

@@ -8,12 +8,15 @@ from pathlib import Path
 import grpc
 import numpy as np
 import numpy.typing as npt
+import pytest
 import simplejpeg
 
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
 from tests.fixtures.cloud_process import REPO_ROOT, CloudProcess, serve_command
 from tests.fixtures.processes import free_tcp_port
+
+pytestmark = pytest.mark.process  # cloud-service serve as a child process
 
 STARTUP_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 15.0

@@ -46,7 +46,9 @@ def _class_names() -> list[str]:
     return names
 
 
-@pytest.fixture(scope="module", params=["onnxruntime", "triton"])
+@pytest.fixture(
+    scope="module", params=["onnxruntime", pytest.param("triton", marks=pytest.mark.process)]
+)
 def service(request: pytest.FixtureRequest) -> Iterator[CloudService]:
     """The service on the in-process engine, then the same tests on a real Triton."""
     runtime: OnnxRuntimeConfig | TritonConfig = OnnxRuntimeConfig(

@@ -35,6 +35,8 @@ from testbed.triton import RunningTriton, running_triton
 from tests.fixtures.grpc_server import make_request
 from tests.fixtures.triton import FP32_MODEL, INT8_MODEL, make_repository, require_triton
 
+pytestmark = pytest.mark.process  # a real Triton server
+
 OK = grpc.StatusCode.OK.value[0]
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 RPC_TIMEOUT_S = 60.0

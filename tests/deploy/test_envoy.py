@@ -79,6 +79,7 @@ def _hcm(config: dict[str, Any]) -> dict[str, Any]:
     return hcm
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("variant", ["shipped", "kubernetes"])
 def test_envoy_validates_the_config(tmp_path: Path, variant: str) -> None:
     path = SHIPPED_CONFIG

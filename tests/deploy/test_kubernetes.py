@@ -118,6 +118,7 @@ def test_kustomization_lists_every_manifest_once() -> None:
     assert "namespace" not in kustomization
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
 def test_kustomize_renders_the_listed_manifests() -> None:
     rendered = subprocess.run(
@@ -385,6 +386,7 @@ def test_prometheus_discovers_the_cloud_and_envoy_pods_on_their_metrics_ports() 
         assert {"namespace", "pod"} <= targets  # what prometheus-adapter maps to objects
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     """Debian's promtool is built without Kubernetes discovery, so the discovery blocks (checked
@@ -474,6 +476,7 @@ def _rule_test() -> Doc:
     }
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_adapter_query_gives_p95_per_pod_and_zero_when_idle(tmp_path: Path) -> None:
     """The adapter's metricsQuery, its template filled in as the adapter does for a Pods metric,
@@ -533,6 +536,7 @@ def _mqtt_login_accepted(port: int, username: str, password: str) -> bool:
         return False
 
 
+@pytest.mark.process
 @pytest.mark.skipif(
     mosquitto_executable() is None or shutil.which("mosquitto_passwd") is None,
     reason="mosquitto (with mosquitto_passwd) not installed",

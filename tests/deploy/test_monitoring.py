@@ -71,6 +71,7 @@ def _promtool(*args: str) -> None:
     assert result.returncode == 0, f"promtool {' '.join(args)}:\n{result.stdout}{result.stderr}"
 
 
+@pytest.mark.process
 def test_example_scrape_config_passes_promtool() -> None:
     _promtool("check", "config", str(EXAMPLE_CONFIG))
     config = yaml.safe_load(EXAMPLE_CONFIG.read_text())
@@ -80,11 +81,13 @@ def test_example_scrape_config_passes_promtool() -> None:
             assert all("agent" in group["labels"] for group in job["static_configs"])
 
 
+@pytest.mark.process
 def test_rules_pass_promtool_check() -> None:
     assert RULE_FILES, "no rule files"
     _promtool("check", "rules", *map(str, RULE_FILES))
 
 
+@pytest.mark.process
 def test_rule_unit_tests_pass() -> None:
     assert RULE_TESTS, "no rule unit tests"
     _promtool("test", "rules", *map(str, RULE_TESTS))

@@ -40,6 +40,9 @@ from tests.deploy.test_kubernetes import (
     _prometheus_config,
 )
 
+# kubectl kustomize renders the overlay (cached for the module); Triton's venv parses its config
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "deploy" / "kubernetes-triton"
 TRITON_MANIFEST = OVERLAY / "triton-server.yaml"

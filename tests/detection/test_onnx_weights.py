@@ -17,6 +17,7 @@ EDGE_ONNX = MODELS / "edge" / "edge-yolov5n-320.onnx"
 CLASS_NAMES = json.loads((MODELS / "manifest.json").read_text())["class_names"]
 
 
+@pytest.mark.slow
 def test_the_rebuilt_checkpoint_exports_the_committed_network_at_any_shape(
     tmp_path: Path,
 ) -> None:

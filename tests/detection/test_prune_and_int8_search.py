@@ -32,6 +32,7 @@ def trainable(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return trainable_checkpoint_from_onnx(EDGE_ONNX, "yolov5n.yaml", CLASS_NAMES, _images(4), out)
 
 
+@pytest.mark.slow
 def test_pruning_removes_a_third_of_the_work_and_keeps_the_output_layout(
     trainable: Path, tmp_path: Path
 ) -> None:

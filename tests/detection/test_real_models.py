@@ -111,6 +111,7 @@ def test_real_stills_are_seen(fp32: Detector, int8: Detector) -> None:
             assert "tie" in _labels(detector, detector.detect([zidane])[0]), name
 
 
+@pytest.mark.slow
 def test_int8_agrees_with_fp32_on_real_frames(
     real_frames: list[npt.NDArray[np.uint8]], fp32: Detector, int8: Detector
 ) -> None:

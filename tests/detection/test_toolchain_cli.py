@@ -218,6 +218,7 @@ def test_argument_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "invalid choice: 'coreml'" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_module_entry_point_runs() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "detection.toolchain", "--help"],

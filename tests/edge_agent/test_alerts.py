@@ -237,6 +237,7 @@ def test_a_dead_agent_reads_offline_and_its_statuses_expire(
     assert late.messages == [Received(AVAILABILITY, b"offline", 1, True)]
 
 
+@pytest.mark.process
 def test_broker_outage_loses_nothing_and_keeps_order(
     mosquitto_broker_factory: MosquittoBrokerFactory, tmp_path: Path
 ) -> None:

@@ -254,6 +254,7 @@ def test_unreachable_broker_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert "refused" in line
 
 
+@pytest.mark.process
 def test_refused_credentials_are_one_line_and_exit_1(
     mosquitto_broker_factory: MosquittoBrokerFactory, tmp_path: Path
 ) -> None:

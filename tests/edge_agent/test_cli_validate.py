@@ -85,6 +85,7 @@ def test_check_secrets(
     assert main(["validate-config", "--check-secrets", str(config)]) == 0
 
 
+@pytest.mark.process
 def test_module_entry_point(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(BAD)

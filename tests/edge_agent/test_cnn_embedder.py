@@ -76,6 +76,7 @@ def test_onnx_and_tflite_agree_on_real_crops(
         assert np.min(np.sum(a * b, axis=1)) > 0.99
 
 
+@pytest.mark.slow
 @needs_ffmpeg
 def test_same_object_is_closer_than_other_objects(onnx_embedder: MobileNetV2Embedder) -> None:
     """Objects 3 frames apart, over the whole `events` scene: each crop's nearest crop in the

@@ -254,16 +254,19 @@ def _verify(unit: Path) -> None:
     assert about_unit == [], output
 
 
+@pytest.mark.process
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     _verify(_installable_copy(tmp_path))
 
 
+@pytest.mark.process
 def test_unit_with_its_commented_examples_enabled_passes_verify(tmp_path: Path) -> None:
     _verify(
         _installable_copy(tmp_path, uncomment=("LoadCredential", "DevicePolicy", "DeviceAllow"))
     )
 
 
+@pytest.mark.process
 def test_unit_hardening_keeps_exposure_low(tmp_path: Path) -> None:
     unit = _installable_copy(tmp_path)
     # --threshold is on systemd's 0-100 scale: 25 means "exposure level 2.5 or less".

@@ -101,6 +101,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("scenario", "detector", "embedder_name"), CASES)
 def test_tracking_stays_above_the_recorded_floor(
     scenario: str, detector: str, embedder_name: str

@@ -194,6 +194,7 @@ def test_event_snapshots_are_served_from_the_media_store(live_page: LivePage) ->
     assert image is not None and image.shape == (360, 640, 3)
 
 
+@pytest.mark.process
 def test_chromium_renders_the_live_page(live_page: LivePage, tmp_path: Path) -> None:
     if chromium_executable() is None:
         pytest.skip(

@@ -771,6 +771,7 @@ def _camera_view() -> LiveView:
     return view
 
 
+@pytest.mark.process
 def test_a_page_on_another_origin_cannot_reload_or_embed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

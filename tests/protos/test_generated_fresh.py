@@ -12,6 +12,7 @@ from protos import generate
 from protos.analytics.v1 import analytics_pb2 as pb
 
 
+@pytest.mark.process
 def test_generated_code_is_fresh() -> None:
     problems = generate.stale_files()
 
@@ -24,6 +25,7 @@ def tree_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.process
 def test_check_reports_stale_missing_and_orphaned_files(tree_copy: Path) -> None:
     v1 = tree_copy / "protos" / "analytics" / "v1"
     (v1 / "analytics_pb2.py").write_text("# edited by hand\n")
@@ -39,6 +41,7 @@ def test_check_reports_stale_missing_and_orphaned_files(tree_copy: Path) -> None
     ]
 
 
+@pytest.mark.process
 def test_write_generated_repairs_the_tree(tree_copy: Path) -> None:
     (tree_copy / "protos" / "analytics" / "v1" / "analytics_pb2.py").write_text("# stale\n")
 
@@ -47,6 +50,7 @@ def test_write_generated_repairs_the_tree(tree_copy: Path) -> None:
     assert generate.stale_files(tree_copy) == []
 
 
+@pytest.mark.process
 def test_check_cli_exit_status(tree_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert generate.main(["--check", "--root", str(tree_copy)]) == 0
     (tree_copy / "protos" / "analytics" / "v1" / "analytics_pb2.py").write_text("# stale\n")

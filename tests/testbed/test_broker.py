@@ -20,6 +20,7 @@ def _client(client_id: str) -> mqtt.Client:
     return mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["mosquitto", "amqtt"])
 def test_broker_keeps_qos1_retained_and_last_will(kind: BrokerKind, tmp_path: Path) -> None:
     if kind == "mosquitto" and mosquitto_executable() is None:

@@ -55,6 +55,7 @@ def accuracy_rows() -> list[AccuracyRow]:
     return evaluate_all(models, sets)
 
 
+@pytest.mark.slow
 def test_accuracy_stays_above_the_recorded_floor(accuracy_rows: list[AccuracyRow]) -> None:
     floors = json.loads(FLOOR_FILE.read_text())["map50_floor"]
     below = [
@@ -65,6 +66,7 @@ def test_accuracy_stays_above_the_recorded_floor(accuracy_rows: list[AccuracyRow
     assert not below, "\n".join(below)
 
 
+@pytest.mark.slow
 def test_cloud_model_beats_edge_model_on_small_objects(accuracy_rows: list[AccuracyRow]) -> None:
     def small(model: str) -> float:
         return sum(r.small_map50 for r in accuracy_rows if r.model == model)

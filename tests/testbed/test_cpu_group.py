@@ -34,6 +34,7 @@ def test_no_group_where_the_controller_cannot_be_written(tmp_path: Path) -> None
     assert not root.exists()
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not _writable_cpu_controller(), reason="cgroup v1 cpu controller not writable")
 def test_a_child_runs_in_its_own_group_under_its_quota() -> None:
     group = CpuGroup.create(f"test-cpu-group-{os.getpid()}", cores=0.5, shares=512)

@@ -15,7 +15,8 @@ from testbed.broker import amqtt_available, mosquitto_executable
 from testbed.demo_report import pace_of
 from testbed.processes import free_tcp_port
 
-pytestmark = pytest.mark.timeout(240)
+# process: the demo's cloud, agent, broker and RTSP processes
+pytestmark = [pytest.mark.process, pytest.mark.timeout(240)]
 
 SUMMARY_ROWS = (
     "frames analysed",

@@ -15,6 +15,7 @@ from testbed.broker import amqtt_available, mosquitto_executable
 
 # ~10 s start-up (cached clip, cloud warm-up, RTSP) + 20 s streamed + drain and video
 pytestmark = [
+    pytest.mark.process,  # the demo's cloud, agent, broker and RTSP processes
     pytest.mark.timeout(120),
     pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed"),
     pytest.mark.skipif(

@@ -27,6 +27,7 @@ def test_trivial_detector_loads_like_an_exported_model(tmp_path: Path) -> None:
     assert metadata_class_names(props) == ("person", "car")
 
 
+@pytest.mark.process
 def test_replica_killed_and_added_mid_run_loses_and_repeats_nothing(tmp_path: Path) -> None:
     _envoy_or_skip()
     # 3 agents x 8 cameras at 2 frames/s through Envoy to 2 replicas; r0 dies at 25 % of the

