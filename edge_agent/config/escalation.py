@@ -129,6 +129,13 @@ class VerificationMemoryConfig(StrictModel):
             "nothing there. 0 turns it off."
         ),
     )
+    settle_small: bool = Field(
+        default=True,
+        description=(
+            "A settled track's small size is no signal either; false: small objects stay hard "
+            "(except while a frame showing them awaits its answer)."
+        ),
+    )
     box_iou: float = Field(
         default=0.2,
         gt=0.0,

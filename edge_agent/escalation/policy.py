@@ -150,7 +150,18 @@ class FrameSignals:
         uncertain = (confidence < high) & unsettled
         areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
         frame_area = float(frame_width * frame_height)
-        small = (areas < config.signals.small_object_area_fraction * frame_area) & unsettled
+        small = areas < config.signals.small_object_area_fraction * frame_area
+        if config.signals.verification.settle_small:
+            small &= unsettled
+        else:  # small objects stay hard, but not while a frame showing them awaits its answer
+            small &= _unsettled(
+                detections.tracker_id[keep],
+                xyxy,
+                asked,
+                settled_boxes,
+                config.signals.verification.box_iou,
+                verified_regions,
+            )
         best_iou = _max_iou_per_box(xyxy)
         crowded = (best_iou >= config.signals.crowding_iou) & unsettled
         new = [t for t in tracks if t.age <= 1]

@@ -185,6 +185,20 @@ def test_a_busy_settled_frame_is_not_hard_and_a_new_doubt_is() -> None:
     assert elsewhere.uncertain == (c.box,)
 
 
+def test_small_objects_can_be_kept_hard() -> None:
+    """`settle_small: false`: a verified small object stays a signal, unless it is asked."""
+    tiny = Track(1, (100.0, 100.0, 110.0, 110.0))
+    detections = _frame([tiny], [0.9], [1])
+    for settle, expected in ((True, ()), (False, (tiny.box,))):
+        config = EscalationConfig.model_validate(
+            {"signals": {"verification": {"settle_small": settle}}}
+        )
+        signals = FrameSignals.from_frame(detections, [tiny], 640, 480, config, settled={1})
+        assert signals.small_objects == expected
+    asked = FrameSignals.from_frame(detections, [tiny], 640, 480, config, settled={1}, asked={1})
+    assert asked.small_objects == ()
+
+
 def test_a_held_track_the_edge_never_saw_stays_hard() -> None:
     config = EscalationConfig()
     seen = Track(1, A, time_since_update=3, is_held=True)
