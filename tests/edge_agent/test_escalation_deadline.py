@@ -41,9 +41,9 @@ def test_most_frames_expiring_is_a_mismatch_said_once() -> None:
     assert not watch.observe(9.0, expired=True)  # said once, not on every expiry
     verdict = watch.verdict(9.0)
     assert verdict.mismatch and verdict.expired_share == 1.0
-    assert verdict.suggested_deadline_ms == 1000  # nothing answered: at least twice the deadline
+    assert verdict.suggested_deadline_ms == 2000  # nothing answered: 4x the deadline
     advice = watch.advice(9.0)
-    assert "escalation.deadline_ms" in advice and "1000 ms" in advice
+    assert "escalation.deadline_ms" in advice and "2000 ms" in advice
     assert "no frame was answered in time" in advice
 
 
@@ -52,10 +52,10 @@ def test_the_advice_follows_the_measured_round_trip_and_the_mismatch_clears() ->
     for i in range(6):
         watch.observe(float(i), expired=True)
     for i in range(4):
-        watch.observe(6.0 + i, expired=False, rtt_s=0.9)  # answered, but late for 500 ms
+        watch.observe(6.0 + i, expired=False, rtt_s=1.3)  # answered, once a deadline was longer
     verdict = watch.verdict(10.0)
-    assert verdict.mismatch and verdict.rtt_p90_ms == pytest.approx(900.0)
-    assert verdict.suggested_deadline_ms == 1800
+    assert verdict.mismatch and verdict.rtt_p90_ms == pytest.approx(1300.0)
+    assert verdict.suggested_deadline_ms == 2600  # twice the round trip
     for i in range(40):  # a longer deadline (or a lighter cloud): answers come back
         watch.observe(11.0 + i * 0.1, expired=False, rtt_s=0.3)
     assert not watch.verdict(15.0).mismatch
@@ -167,5 +167,5 @@ def test_a_deadline_shorter_than_the_cloud_is_reported_once(
     status = stage.deadline_status()
     assert status["mismatch"] is True and status["deadline_ms"] == 20
     suggested = status["suggested_deadline_ms"]
-    assert isinstance(suggested, int) and suggested >= 40
+    assert isinstance(suggested, int) and suggested >= 80
     assert metrics.registry.get_sample_value("edge_agent_escalation_deadline_mismatch") == 1
