@@ -32,7 +32,8 @@ import numpy.typing as npt
 
 from cloud_service.decoders import BgrImage
 from cloud_service.decoders.video import SUPPORTED_CODECS, VideoSessions
-from cloud_service.processor import DetectorFrameProcessor, ModelInfo
+from cloud_service.models import ModelInfo
+from cloud_service.processor import DetectorFrameProcessor
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector

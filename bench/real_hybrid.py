@@ -66,7 +66,8 @@ from bench.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
 from bench.truth import TRUTH_DIR, ClipTruth, Tally, clip_truth, mean_ap50, restricted, score_frames
 from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
-from cloud_service.processor import DetectorFrameProcessor, ModelInfo
+from cloud_service.models import ModelInfo
+from cloud_service.processor import DetectorFrameProcessor
 from configkit.yaml_loader import load_config
 from detection.config import DetectorConfig
 from detection.detections import Detections
