@@ -35,6 +35,7 @@ from tests.fixtures.scenes import scene_video
 AGENT = "hybrid-agent"
 
 pytestmark = pytest.mark.timeout(300)
+FIRST_ANSWER_TIMEOUT_S = 60.0  # a 2-core box at load average 13 took over 4 s
 
 
 def _metric(port: int, name: str, **labels: str) -> float:
@@ -92,9 +93,17 @@ def test_hybrid_loop_survives_the_cloud_going_away(
     agent = AgentProcess(config, tmp_path / "agent.log")
     try:
         wait_streaming(recorder, agent)
+        # the cloud's first answer, however long a loaded box takes to give it
+        deadline = time.monotonic() + FIRST_ANSWER_TIMEOUT_S
+        while time.monotonic() < deadline and not _metric(
+            metrics_port, "edge_agent_escalations_total", outcome="answered"
+        ):
+            time.sleep(0.5)
+        frames_start = _metric(metrics_port, "edge_agent_frames_total")
         time.sleep(4.0)
         answered_before = _metric(metrics_port, "edge_agent_escalations_total", outcome="answered")
         frames_before = _metric(metrics_port, "edge_agent_frames_total")
+        rate_before = (frames_before - frames_start) / 4.0
         cloud.kill()
         time.sleep(5.0)
         frames_while_down = _metric(metrics_port, "edge_agent_frames_total") - frames_before
@@ -114,7 +123,9 @@ def test_hybrid_loop_survives_the_cloud_going_away(
 
     assert answered_before > 0, log  # escalated frames were answered ...
     assert answered_after > answered_before, log  # ... and again once the cloud was back
-    assert frames_while_down >= 0.8 * 25 * 5.0, log  # the edge kept its frame rate alone
+    # the edge went on at its own rate alone (not the camera's: a slow or loaded box is behind
+    # it; half, as other work on the box comes and goes)
+    assert frames_while_down >= 0.5 * rate_before * 5.0 > 0, (rate_before, frames_while_down, log)
     # whole frames by default; the byte budget (500 KB/s) pays for 2 a second: no crops
     assert bytes_by_mode["frame"] > 0 and bytes_by_mode["regions"] == 0, bytes_by_mode
     states = _cloud_states(recorder.messages)
