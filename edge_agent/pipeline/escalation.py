@@ -33,9 +33,11 @@ from edge_agent.escalation import (
 )
 from edge_agent.escalation.deadline import DeadlineWatch
 from edge_agent.escalation.decider import EscalationDecider
+from edge_agent.escalation.encode import BgrImage, encode_jpeg
 from edge_agent.escalation.uplink import CameraUplinks, EncodedPacket
 from edge_agent.labels import LabelStore
 from edge_agent.metrics import EdgeMetrics
+from protos.analytics.v1 import analytics_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +241,7 @@ class EscalationStage:
             video=video,
         )
         if self.labels is not None:
-            self.labels.sent(request)
+            self.labels.sent(self._as_label(request, frame.image))
         sent = self.client.submit(request)
         if not sent and self.labels is not None:
             self.labels.forget(request.request_id)
@@ -281,6 +283,20 @@ class EscalationStage:
             else:
                 self.metrics.observe_uplink(job.camera, "jpeg_not_announced")
         return packet
+
+    def _as_label(self, request: pb.FrameRequest, image: BgrImage) -> pb.FrameRequest:
+        """What the label store keeps of a request: a video packet is no picture on its own, so
+        a whole frame sent as video is kept as a JPEG of the frame (only where labels are kept)."""
+        if not request.HasField("video") or self.labels is None:
+            return request
+        if not self.labels.wants(request.camera_id):
+            return request
+        kept = pb.FrameRequest()
+        kept.CopyFrom(request)
+        kept.ClearField("video")
+        kept.jpeg = encode_jpeg(image, self.config.jpeg_quality)
+        kept.jpeg_quality = self.config.jpeg_quality
+        return kept
 
     def _uplink_session_started(self, camera: str, session: str) -> None:
         logger.debug("camera %s: video uplink session %s starts", camera, session)

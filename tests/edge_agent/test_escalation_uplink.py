@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -14,7 +16,9 @@ from cloud_service.decoders.video import VideoSessions
 from cloud_service.processor import DetectorFrameProcessor
 from edge_agent.capture import CapturedFrame
 from edge_agent.config.escalation import EscalationConfig
+from edge_agent.config.labels import LabelStoreConfig
 from edge_agent.escalation import EscalationClient, EscalationDecision, EscalationResult
+from edge_agent.labels import LabelStore
 from edge_agent.pipeline.escalation import EscalationStage
 from tests.edge_agent.test_uplink import scene
 from tests.fixtures.grpc_server import (
@@ -35,7 +39,7 @@ WHOLE_FRAME = EscalationDecision(
 def make_stage() -> Iterator[Callable[..., EscalationStage]]:
     stages: list[EscalationStage] = []
 
-    def make(target: str, **uplink: object) -> EscalationStage:
+    def make(target: str, labels: LabelStore | None = None, **uplink: object) -> EscalationStage:
         config = EscalationConfig.model_validate(
             {
                 "enabled": True,
@@ -46,7 +50,8 @@ def make_stage() -> Iterator[Callable[..., EscalationStage]]:
                 "uplink": uplink,
             }
         )
-        stage = EscalationStage(config, "agent-1", EscalationClient(config, "agent-1"))
+        client = EscalationClient(config, "agent-1")
+        stage = EscalationStage(config, "agent-1", client, labels=labels)
         stage.start()
         assert stage.client.wait_connected(WAIT_S)
         stages.append(stage)
@@ -170,3 +175,26 @@ def test_a_cloud_that_goes_away_is_not_taken_for_one_without_the_codec(
             assert time.monotonic() < deadline, "the client did not retry"
             time.sleep(0.05)
     assert not [r for r in caplog.records if "does not decode" in r.getMessage()]
+
+
+def test_whole_frames_sent_as_video_are_kept_as_jpeg_labels(
+    grpc_server_factory: ServerFactory,
+    make_stage: Callable[..., EscalationStage],
+    tmp_path: Path,
+) -> None:
+    """The label store keeps the cloud's answers with the frame they are about: a video packet
+    is no picture on its own, so a whole frame sent as video is kept as a JPEG of the frame."""
+    server = _serve(grpc_server_factory, RecordingDetector(), ("h264",))
+    store = LabelStore(LabelStoreConfig(enabled=True, directory=tmp_path / "labels"), "agent-1")
+    stage = make_stage(server.target, labels=store)  # the stage starts and closes the store
+    _wait_codecs(stage)
+    assert all(r.ok for r in _send_and_collect(stage, [0, 1, 2]))
+    deadline = time.monotonic() + WAIT_S
+    while store.counters.kept_frames < 3:
+        assert time.monotonic() < deadline, store.counters
+        time.sleep(0.02)
+    assert stage.uplinks.counters.video_frames == 3
+    pictures = sorted((tmp_path / "labels").rglob("*.jpg"))
+    assert len(pictures) == 3
+    kept = cv2.imread(str(pictures[0]))
+    assert kept.shape == (240, 320, 3) and np.abs(kept.astype(int) - scene(0)).mean() < 8.0
