@@ -34,10 +34,10 @@ from cloud_service.decoders import BgrImage
 from cloud_service.decoders.video import SUPPORTED_CODECS, VideoSessions
 from cloud_service.models import ModelInfo
 from cloud_service.processor import DetectorFrameProcessor
+from detection.coco_eval import GroundTruth, box_iou_coco, compute_metrics
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
-from detection.metrics import GroundTruth, box_iou_coco, compute_metrics
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
 from detection.slicing import Tile
 from edge_agent.capture import CapturedFrame

@@ -35,8 +35,8 @@ import cv2
 import grpc
 import numpy as np
 
+from detection.coco_eval import GroundTruth
 from detection.detector import Detector
-from detection.metrics import GroundTruth
 from detection.toolchain.dataset import LabelledDataset, LabelledImage, load_dataset
 from protos.analytics.v1 import analytics_pb2 as pb
 from testbed.scenes.background import BackgroundSpec

@@ -24,7 +24,7 @@ Edge variants: the COCO NanoDet INT8 (QDQ) and FP32 ONNX models on ONNX Runtime 
 against the truth like the edge. Per clip and detector, for `person` and for vehicles (bicycle,
 car, motorcycle, bus, truck): recall, precision, F1 and AP50 against the truth, recall of the
 small / occluded / far truth boxes, F1 against the reference (IoU 0.5, class-aware, greedy by
-score: `detection.metrics.agreement`), and the latency of `Detector.detect` on one frame
+score: `detection.coco_eval.agreement`), and the latency of `Detector.detect` on one frame
 (letterbox, inference, decode, NMS), median ms. The six edge variants run round-robin on each
 frame (the order rotating), so the machine's drifting load hits them alike; `INT8/FP32` is the
 median over frames of the INT8 time over the FP32 time at the same input size on the same frame.
@@ -68,10 +68,10 @@ from bench.truth import (
 from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
 from configkit.yaml_loader import load_config
+from detection.coco_eval import Agreement, agreement
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
-from detection.metrics import Agreement, agreement
 from detection.model_metadata import model_file_of
 from detection.runtimes.config import OnnxRuntimeConfig
 from detection.toolchain.real_import import video_frames

@@ -49,8 +49,8 @@ from cloud_service.engines import Engine, create_engine
 from cloud_service.models import ModelInfo
 from cloud_service.processor import DetectorFrameProcessor
 from configkit.yaml_loader import load_config
+from detection.coco_eval import GroundTruth, compute_metrics
 from detection.detections import Detections
-from detection.metrics import GroundTruth, compute_metrics
 from detection.runtimes.config import OnnxRuntimeConfig
 from edge_agent.config.uplink import UplinkConfig
 from edge_agent.detect_command import read_frames

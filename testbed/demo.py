@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from detection.metrics import compute_metrics
+from detection.coco_eval import compute_metrics
 from edge_agent.pipeline import EdgeAgent
 from testbed.alert_check import EventMatch, load_expected, match_first_loop, observed_from_payloads
 from testbed.demo_real import start_real_stack, summarise_real

@@ -29,8 +29,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from detection.coco_eval import GroundTruth
 from detection.detections import Detections
-from detection.metrics import GroundTruth
 from edge_agent.alerts.subscriber import format_message
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
 from testbed.annotate import AnnotatedVideoWriter, FrameInfo

@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 import yaml
 
+from detection.coco_eval import GroundTruth
 from detection.errors import DetectionError
-from detection.metrics import GroundTruth
 from detection.toolchain.export import IMAGE_SUFFIXES
 
 logger = logging.getLogger(__name__)

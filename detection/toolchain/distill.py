@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from detection.coco_eval import MetricsResult
 from detection.errors import DetectionError, ExportError
 from detection.label_format import read_camera_records
-from detection.metrics import MetricsResult
 from detection.toolchain.dataset import LabelledDataset, load_dataset
 from detection.toolchain.distill_data import (
     LabelCut,

@@ -27,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 import yaml
 
+from detection.coco_eval import GroundTruth
 from detection.errors import ExportError
 from detection.label_format import LabelRecord
 from detection.letterbox import PAD_VALUE
-from detection.metrics import GroundTruth
 from detection.toolchain.dataset import LabelledDataset, LabelledImage, load_dataset, yolo_lines
 
 logger = logging.getLogger(__name__)

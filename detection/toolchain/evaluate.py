@@ -2,7 +2,7 @@
 
 Every model, source or export, goes through the same `Detector` (letterbox, runtime, the
 project's decode and NMS) with ultralytics' validation settings (confidence >= 0.001, NMS IoU 0.7,
-300 boxes per image), then through `detection.metrics`.
+300 boxes per image), then through `detection.coco_eval`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from detection.coco_eval import MetricsResult, compute_metrics
 from detection.config import DetectorConfig
 from detection.decode import OutputLayout, detect_layout
 from detection.detections import Detections
 from detection.detector import Detector
 from detection.errors import ModelLoadError
-from detection.metrics import MetricsResult, compute_metrics
 from detection.runtimes.base import Runtime, create_runtime
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig, TensorRTConfig
 from detection.toolchain.dataset import LabelledDataset

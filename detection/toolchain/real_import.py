@@ -24,11 +24,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from detection.coco_eval import Agreement, agreement
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
 from detection.errors import ExportError
-from detection.metrics import Agreement, agreement
 from detection.model_metadata import (
     BOX_UNITS_KEY,
     CLASS_NAMES_KEY,

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from bench.edge_distill import SITES, site_frames, store_escalations
+from detection.coco_eval import GroundTruth
 from detection.label_format import LabelFormatError, read_camera_records
-from detection.metrics import GroundTruth
 from detection.toolchain.cli import main as toolchain_main
 from detection.toolchain.distill import DistillReport, DistillSettings, Scores, _verdict, distill
 from detection.toolchain.distill_data import (

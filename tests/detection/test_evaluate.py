@@ -406,8 +406,8 @@ def test_build_engine_refuses_without_tensorrt(tmp_path: Path) -> None:
 
 
 def test_nan_free_comparison_json_for_empty_classes(tmp_path: Path) -> None:
+    from detection.coco_eval import GroundTruth, compute_metrics
     from detection.detections import Detections
-    from detection.metrics import GroundTruth, compute_metrics
 
     gt = GroundTruth(np.zeros((0, 4), np.float32), np.zeros(0, np.int64))
     result = compute_metrics([gt], [Detections.empty()])

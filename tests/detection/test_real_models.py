@@ -12,10 +12,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from detection.coco_eval import agreement
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
-from detection.metrics import agreement
 from detection.toolchain.model_source import load_spec, sha256_of
 from detection.toolchain.real_import import video_frames
 from testbed.media import sample_clip as sample_clip_of

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from detection.coco_eval import GroundTruth, MetricsError, MetricsResult, compute_metrics
 from detection.detections import Detections
-from detection.metrics import GroundTruth, MetricsError, MetricsResult, compute_metrics
 
 
 def gt(
@@ -352,7 +352,7 @@ def test_agreement_counts(
     classes: list[int] | None,
     counts: tuple[int, int, int],
 ) -> None:
-    from detection.metrics import agreement
+    from detection.coco_eval import agreement
 
     ref_classes = [0] * len(reference)
     pred_classes = [0 if classes is None else 1] * len(predicted)
@@ -363,7 +363,7 @@ def test_agreement_counts(
 
 
 def test_agreement_scores_and_sum() -> None:
-    from detection.metrics import Agreement
+    from detection.coco_eval import Agreement
 
     total = Agreement(3, 1, 0) + Agreement(1, 0, 4)
     assert (total.precision, total.recall) == (0.8, 0.5)
