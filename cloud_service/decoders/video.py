@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+import cv2
 import grpc
 import numpy as np
 
@@ -47,7 +48,6 @@ PYAV_INSTALLED = importlib.util.find_spec("av") is not None
 """PyAV comes with the `cloud` extra; without it the replica announces no codec (JPEG only)."""
 
 SessionKey = tuple[str, str, str]
-_DECODE_THREADS = 2
 
 
 class VideoDecoder(Protocol):
@@ -97,10 +97,9 @@ class _Session:
 
         context = av.CodecContext.create(codec, "r")
         assert isinstance(context, av.VideoCodecContext)  # noqa: S101 - a video decoder name
-        # slice threads, not frame threads: frame threading holds pictures back, and one packet
-        # must give one picture (the edge's x264 at zerolatency codes each frame in slices)
-        context.thread_type = "SLICE"
-        context.thread_count = _DECODE_THREADS
+        # one thread: frame threads hold pictures back (one packet must give one picture), and
+        # slice threads made a 768x576 frame slower here (2.4 against 1.6 ms)
+        context.thread_count = 1
         context.options = {"err_detect": "crccheck+bitstream+buffer+explode"}
         self.context = context
         self.codec = codec
@@ -267,6 +266,12 @@ class VideoSessions:
                 f"{self.limits.max_image_pixels} pixels",
                 keyframe_required=True,
             )
+        even = picture.width % 2 == 0 and picture.height % 2 == 0
+        # OpenCV's conversion: 1.3 against swscale's 1.6 ms on a 768x576 frame, and nearer the
+        # camera's picture (mean error 1.4 against 2.1)
+        if picture.format.name == "yuv420p" and even:
+            planes = picture.to_ndarray(format="yuv420p")
+            return np.asarray(cv2.cvtColor(planes, cv2.COLOR_YUV2BGR_I420), dtype=np.uint8)
         image = picture.to_ndarray(format="bgr24")
         return np.ascontiguousarray(image, dtype=np.uint8)
 
