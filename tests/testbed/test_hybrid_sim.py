@@ -35,7 +35,8 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
         "events", 1, render_frames=FRAMES, cache_dir=scene_cache, media_dir=MEDIA_CACHE_DIR
     )
     assert data.n_frames == FRAMES and data.camera is not None
-    # Every frame hard, whole frames only: the answers come from the cache (no crops to run).
+    # Every frame hard, whole frames only, as JPEG: the answers come from the cache (no crops
+    # or video packets to run).
     escalation = EscalationConfig.model_validate(
         {
             "per_camera_frames_per_s": 5.0,
@@ -43,6 +44,7 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
             "burst_s": 1.0,
             "refresh_interval_s": 0.01,
             "regions": {"enabled": False},
+            "uplink": {"codec": "jpeg"},
         }
     )
     answers = CloudAnswers(data, cache_dir=scene_cache)
@@ -86,6 +88,37 @@ def test_edge_cloud_and_hybrid_runs_are_scored(scene_cache: Path) -> None:
         assert scores.tracking is not None and scores.tracking.num_frames == FRAMES
         assert scores.alerts is not None
         assert np.isfinite(scores.idf1)
+
+
+@pytest.mark.slow
+def test_whole_frames_go_as_video_and_the_cloud_answers_the_decoded_pictures(
+    scene_cache: Path,
+) -> None:
+    """The default uplink in the simulation: the agent's encoder, the service's decoder, the
+    cloud model on each decoded picture (computed once per session chain, then cached)."""
+    data = prepare_scene(
+        "events", 1, render_frames=FRAMES, cache_dir=scene_cache, media_dir=MEDIA_CACHE_DIR
+    )
+    escalation = EscalationConfig.model_validate(
+        {"per_camera_frames_per_s": 5.0, "per_agent_frames_per_s": 5.0, "refresh_interval_s": 0.01}
+    )
+    assert escalation.uplink.codec == "h264"
+    variant = Variant("hybrid", "hybrid", escalation, rtt_frames=2)
+    answers = CloudAnswers(data, cache_dir=scene_cache)
+    try:
+        run = simulate(data, variant, answers, EdgeCrops(data, cache_dir=scene_cache))
+        computed = answers.computed
+        again = simulate(data, variant, answers, EdgeCrops(data, cache_dir=scene_cache))
+    finally:
+        answers.close()
+    assert run.sent > 5 and run.keyframes == 1
+    assert computed == run.sent  # one answer per decoded picture ...
+    assert answers.computed == computed  # ... and the same chain again comes from the cache
+    assert again.sent_frames == run.sent_frames and again.bytes_sent == run.bytes_sent
+    # inter-coded frames: a fraction of the JPEGs of the same frames, and of the camera's stream
+    assert run.bytes_sent < 0.5 * int(data.frame_bytes[run.sent_frames].sum())
+    assert run.bytes_sent < data.stream_bytes
+    assert score_run(data, run).map50 > 0.0
 
 
 @pytest.mark.slow
