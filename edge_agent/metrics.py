@@ -79,7 +79,7 @@ ESCALATION_MODES: Final = ("frame", "regions")
 """Values of the `mode` label of `escalation_bytes_total` (those of `escalation.policy.Mode`)."""
 
 UPLINK_KINDS: Final = ("keyframe", "inter", "jpeg_not_announced", "jpeg_encoder_failed")
-"""Values of the `kind` label of `uplink_frames_total`."""
+"""Values of the `kind` label of `uplink_frames_total` (those of `escalation.uplink.UplinkKind`)."""
 
 FUSION_CHANGES: Final = ("reclassified", "removed", "rejected", "created", "late")
 """Values of the `change` label of `fusion_changes_total`."""

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -86,9 +87,7 @@ class _Session:
 
         self.id = uuid.uuid4().hex[:16]
         self.width, self.height, self.crf = width, height, crf
-        self.next_sequence = 0
-        self.packets = 0
-        self.bytes = 0
+        self.next_sequence = 0  # also the packets encoded so far
         context = av.CodecContext.create(_ENCODERS[codec], "w")
         assert isinstance(context, av.VideoCodecContext)  # noqa: S101 - a video encoder name
         context.width, context.height = width, height
@@ -139,8 +138,7 @@ def _encoder_options(codec: str, crf: int, preset: str) -> dict[str, str]:
 class VideoUplinkEncoder:
     """One camera's escalated frames as a video stream (see the module docstring).
 
-    `budget_bytes_per_s` is the camera's byte budget the quality follows; `session_started`
-    is called with each new session (for metrics).
+    `budget_bytes_per_s` is the camera's byte budget the quality follows.
     """
 
     def __init__(
@@ -148,7 +146,6 @@ class VideoUplinkEncoder:
         config: UplinkConfig,
         *,
         budget_bytes_per_s: float,
-        session_started: Callable[[str], None] | None = None,
     ) -> None:
         if config.codec == "jpeg":
             raise ValueError("the jpeg uplink has no video encoder")
@@ -159,11 +156,9 @@ class VideoUplinkEncoder:
         self._budget = float(budget_bytes_per_s)
         self._session: _Session | None = None
         self._session_started_s = 0.0
-        self._keyframe_due = True
         self._crf = config.crf
         self._rate_bytes_per_s: float | None = None  # P-frame bytes per second of the last run
         self._last_packet_s: float | None = None
-        self._on_session = session_started
 
     @property
     def crf(self) -> int:
@@ -204,8 +199,6 @@ class VideoUplinkEncoder:
                 self._crf = self._next_crf()
                 session = _Session(self.codec, coded_w, coded_h, self._crf, self._config)
                 self._session, self._session_started_s = session, now
-                if self._on_session is not None:
-                    self._on_session(session.id)
                 logger.debug(
                     "uplink %s session %s: %dx%d at CRF %d",
                     self.codec, session.id, coded_w, coded_h, self._crf,
@@ -233,12 +226,8 @@ class VideoUplinkEncoder:
             crf=session.crf,
         )
         session.next_sequence += 1
-        self._observe_rate(session, len(data), keyframe, now)
+        self._observe_rate(len(data), keyframe, now)
         return packet
-
-    def close(self) -> None:
-        """Free the encoder."""
-        self._end_session()
 
     # -- internals --------------------------------------------------------------------------
 
@@ -250,11 +239,8 @@ class VideoUplinkEncoder:
         rate = self._rate_bytes_per_s
         over = rate is not None and rate > _RESTART_OVER_BUDGET * self._budget
         # quality falls early when far over budget (one keyframe buys every later frame cheaper)
-        return over and session.packets >= _MIN_PACKETS_FOR_RATE and session.crf < self._max_crf
-
-    @property
-    def _max_crf(self) -> int:
-        return self._config.max_crf
+        enough = session.next_sequence >= _MIN_PACKETS_FOR_RATE
+        return over and enough and session.crf < self._config.max_crf
 
     def _next_crf(self) -> int:
         """The CRF for a new session: the configured one, raised while the measured rate of
@@ -266,11 +252,9 @@ class VideoUplinkEncoder:
         wanted = self._crf + math.ceil(step) if step > 0 else self._crf + math.floor(step / 2)
         return int(min(max(wanted, self._config.crf), self._config.max_crf))
 
-    def _observe_rate(self, session: _Session, n_bytes: int, keyframe: bool, now: float) -> None:
+    def _observe_rate(self, n_bytes: int, keyframe: bool, now: float) -> None:
         """Running estimate of the P-frame bytes per second (keyframes are rare by design)."""
         last, self._last_packet_s = self._last_packet_s, now
-        session.packets += 1
-        session.bytes += n_bytes
         if keyframe or last is None or now <= last:
             return
         # bytes per second at the rate frames are being escalated
@@ -298,6 +282,10 @@ class UplinkCounters:
     keyframes_asked: int = 0  # the cloud answered keyframe_required, or a packet got no answer
 
 
+UplinkKind = Literal["keyframe", "inter", "jpeg_not_announced", "jpeg_encoder_failed"]
+"""How a whole frame went: a video keyframe or inter frame, or JPEG and why."""
+
+
 class CameraUplinks:
     """Every camera's video uplink: which whole frames go as video packets, and when a camera's
     stream starts again with a keyframe (a new gRPC stream, a packet the cloud could not decode
@@ -312,7 +300,7 @@ class CameraUplinks:
         config: UplinkConfig,
         *,
         camera_budget_bytes_per_s: float,
-        session_started: Callable[[str, str], None] | None = None,
+        on_frame: Callable[[str, UplinkKind], None] | None = None,
     ) -> None:
         if config.codec != "jpeg" and not PYAV_INSTALLED:
             logger.warning(
@@ -328,7 +316,7 @@ class CameraUplinks:
         self._stream_ids: dict[str, int] = {}
         self._in_flight: dict[str, tuple[str, str]] = {}  # request id -> (camera, session)
         self._failed_cameras: set[str] = set()
-        self._session_started = session_started
+        self._on_frame = on_frame
 
     @property
     def enabled(self) -> bool:
@@ -344,14 +332,11 @@ class CameraUplinks:
             return None
         if self.config.codec not in codecs:
             self.counters.jpeg_not_announced += 1
+            self._observe(camera, "jpeg_not_announced")
             return None
         encoder = self._encoders.get(camera)
         if encoder is None:
-            encoder = VideoUplinkEncoder(
-                self.config,
-                budget_bytes_per_s=self._budget,
-                session_started=self._on_session(camera),
-            )
+            encoder = VideoUplinkEncoder(self.config, budget_bytes_per_s=self._budget)
             self._encoders[camera] = encoder
         if self._stream_ids.get(camera) != stream_id:
             encoder.restart()  # a new stream may reach another replica: start with a keyframe
@@ -360,6 +345,7 @@ class CameraUplinks:
             packet = encoder.encode(image, now)
         except UplinkEncodeError as exc:
             self.counters.jpeg_encoder_failed += 1
+            self._observe(camera, "jpeg_encoder_failed")
             log = logger.debug if camera in self._failed_cameras else logger.warning
             self._failed_cameras.add(camera)
             log("camera %s: %s; this frame goes as JPEG", camera, exc)
@@ -368,6 +354,7 @@ class CameraUplinks:
         self.counters.video_frames += 1
         self.counters.video_bytes += len(packet.data)
         self.counters.keyframes += int(packet.keyframe)
+        self._observe(camera, "keyframe" if packet.keyframe else "inter")
         return packet
 
     def sent(self, request_id: str, camera: str, packet: EncodedPacket) -> None:
@@ -388,18 +375,11 @@ class CameraUplinks:
             self.counters.keyframes_asked += 1
             self._restart(*entry)
 
-    def forget(self, camera: str) -> None:
-        """Drop a camera's encoder (camera removed or restarted)."""
-        self._encoders.pop(camera, None)
-        self._stream_ids.pop(camera, None)
-
     def _restart(self, camera: str, session: str) -> None:
         encoder = self._encoders.get(camera)
         if encoder is not None:
             encoder.keyframe_required(session)
 
-    def _on_session(self, camera: str) -> Callable[[str], None] | None:
-        callback = self._session_started
-        if callback is None:
-            return None
-        return lambda session: callback(camera, session)
+    def _observe(self, camera: str, kind: UplinkKind) -> None:
+        if self._on_frame is not None:
+            self._on_frame(camera, kind)

@@ -89,7 +89,7 @@ class EscalationStage:
         self.uplinks = CameraUplinks(
             config.uplink,
             camera_budget_bytes_per_s=config.per_camera_bytes_per_s,
-            session_started=self._uplink_session_started,
+            on_frame=metrics.observe_uplink if metrics is not None else None,
         )
         self._lock = threading.Lock()  # policy, budget and counters: loop and encoder share them
         self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.max_in_flight)
@@ -266,23 +266,14 @@ class EscalationStage:
         uplink, a replica without the codec, an encoder failure)."""
         if job.decision.mode != "frame" or not self.uplinks.enabled:
             return None
-        stream_id, codecs = self.client.stream_id, self.client.uplink_codecs
-        with self._lock:
-            failed_before = self.uplinks.counters.jpeg_encoder_failed
         # encoding runs outside the lock (milliseconds); only this thread touches the encoders
-        packet = self.uplinks.encode(
-            job.camera, job.frame.image, self._clock(), stream_id=stream_id, codecs=codecs
+        return self.uplinks.encode(
+            job.camera,
+            job.frame.image,
+            self._clock(),
+            stream_id=self.client.stream_id,
+            codecs=self.client.uplink_codecs,
         )
-        if self.metrics is not None:
-            if packet is not None and packet.keyframe:
-                self.metrics.observe_uplink(job.camera, "keyframe")
-            elif packet is not None:
-                self.metrics.observe_uplink(job.camera, "inter")
-            elif self.uplinks.counters.jpeg_encoder_failed > failed_before:
-                self.metrics.observe_uplink(job.camera, "jpeg_encoder_failed")
-            else:
-                self.metrics.observe_uplink(job.camera, "jpeg_not_announced")
-        return packet
 
     def _as_label(self, request: pb.FrameRequest, image: BgrImage) -> pb.FrameRequest:
         """What the label store keeps of a request: a video packet is no picture on its own, so
@@ -297,9 +288,6 @@ class EscalationStage:
         kept.jpeg = encode_jpeg(image, self.config.jpeg_quality)
         kept.jpeg_quality = self.config.jpeg_quality
         return kept
-
-    def _uplink_session_started(self, camera: str, session: str) -> None:
-        logger.debug("camera %s: video uplink session %s starts", camera, session)
 
     def _observe(self, camera: str, outcome: str) -> None:
         if self.metrics is not None:

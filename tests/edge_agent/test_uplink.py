@@ -254,3 +254,31 @@ def test_without_pyav_the_uplink_is_jpeg_said_once(
     assert not uplinks.enabled
     assert uplinks.encode("cam", scene(0), 0.0, stream_id=1, codecs=H264) is None
     assert ["PyAV" in r.getMessage() for r in caplog.records] == [True]
+
+
+def test_the_metric_kinds_are_the_uplinks_own() -> None:
+    from typing import get_args
+
+    from edge_agent.escalation.uplink import UplinkKind
+    from edge_agent.metrics import UPLINK_KINDS
+
+    assert UPLINK_KINDS == get_args(UplinkKind)
+
+
+def test_each_whole_frame_is_reported_by_kind() -> None:
+    seen: list[tuple[str, str]] = []
+    uplinks = CameraUplinks(
+        UplinkConfig(),
+        camera_budget_bytes_per_s=BUDGET,
+        on_frame=lambda camera, kind: seen.append((camera, kind)),
+    )
+    uplinks.encode("cam", scene(0), 0.0, stream_id=1, codecs=H264)
+    uplinks.encode("cam", scene(1), 0.5, stream_id=1, codecs=H264)
+    uplinks.encode("cam", scene(2), 1.0, stream_id=1, codecs=frozenset())
+    uplinks.encode("cam", np.zeros((16, 20_000, 3), np.uint8), 1.5, stream_id=1, codecs=H264)
+    assert seen == [
+        ("cam", "keyframe"),
+        ("cam", "inter"),
+        ("cam", "jpeg_not_announced"),
+        ("cam", "jpeg_encoder_failed"),
+    ]
