@@ -120,12 +120,13 @@ def edge_detector(threads: int) -> Detector:
     )
 
 
-def cloud_engine(threads: int) -> Engine:
-    """The cloud example config's engine (model, input size, slicing), on the CPU here."""
-    config = load_config(CLOUD_CONFIG, CloudServiceConfig)
+def cloud_engine(threads: int, config_path: Path = CLOUD_CONFIG) -> Engine:
+    """A cloud config's engine (model, input size, slicing; the example config's unless
+    `config_path` names another), on the CPU here."""
+    config = load_config(config_path, CloudServiceConfig)
     runtime = config.engine.runtime
     if not isinstance(runtime, OnnxRuntimeConfig):
-        raise SystemExit(f"{CLOUD_CONFIG}: expected an onnxruntime engine, got {runtime.type}")
+        raise SystemExit(f"{config_path}: expected an onnxruntime engine, got {runtime.type}")
     runtime = runtime.model_copy(
         update={
             "model_path": REPO_ROOT / runtime.model_path,

@@ -42,16 +42,13 @@ import numpy.typing as npt
 from bench import _hybrid_sim as sim
 from bench import real_hybrid as real
 from bench import truth as verified
-from cloud_service.config import CloudServiceConfig
 from cloud_service.decoders import CpuDecoder
 from cloud_service.decoders.video import VideoSessions
-from cloud_service.engines import Engine, create_engine
+from cloud_service.engines import Engine
 from cloud_service.models import ModelInfo
 from cloud_service.processor import DetectorFrameProcessor
-from configkit.yaml_loader import load_config
 from detection.coco_eval import GroundTruth, compute_metrics
 from detection.detections import Detections
-from detection.runtimes.config import OnnxRuntimeConfig
 from edge_agent.config.uplink import UplinkConfig
 from edge_agent.detect_command import read_frames
 from edge_agent.escalation import build_frame_request
@@ -177,21 +174,7 @@ CPU_CLOUD_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cloud-serv
 
 def config_processor(config_path: Path, threads: int) -> tuple[DetectorFrameProcessor, Engine]:
     """The service's frame processor around the engine of a shipped cloud config (CPU here)."""
-    config = load_config(config_path, CloudServiceConfig)
-    runtime = config.engine.runtime
-    if not isinstance(runtime, OnnxRuntimeConfig):
-        raise SystemExit(f"{config_path}: expected an onnxruntime engine, got {runtime.type}")
-    runtime = runtime.model_copy(
-        update={
-            "model_path": real.REPO_ROOT / runtime.model_path,
-            "providers": ["CPUExecutionProvider"],
-            "intra_op_threads": threads,
-        }
-    )
-    engine_config = config.engine.model_copy(
-        update={"runtime": runtime, "confidence_threshold": real.LOW_THRESHOLD}
-    )
-    engine = create_engine(engine_config, max_batch_size=1, slicing=config.slicing)
+    engine = real.cloud_engine(threads, config_path)
     model = ModelInfo(name="nanodet-coco", version="cloud", class_names=tuple(real.coco_names()))
     return DetectorFrameProcessor(engine, model), engine
 
