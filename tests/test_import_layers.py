@@ -1,10 +1,11 @@
 """The import rule, checked on the real import graph (every `import` in every module, `ast`).
 
 Floors, lowest first: `configkit` and `protos` import none of the others; `detection` imports
-neither side; `edge_agent` and `cloud_service` never import each other; none of these imports
-`testbed` or `bench`, and `testbed` imports no bench. And no import circle between modules of any
-package here: lazy imports inside functions and `TYPE_CHECKING` blocks count, since a circle
-there is still two modules that cannot be understood apart.
+neither side, nor `fleet` (model updates; beside it, importing neither side either); `edge_agent`
+and `cloud_service` never import each other; none of these imports `testbed` or `bench`, and
+`testbed` imports no bench. And no import circle between modules of any package here: lazy
+imports inside functions and `TYPE_CHECKING` blocks count, since a circle there is still two
+modules that cannot be understood apart.
 """
 
 from __future__ import annotations
@@ -16,14 +17,40 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("configkit", "protos", "detection", "edge_agent", "cloud_service", "testbed", "bench")
+PACKAGES = (
+    "configkit",
+    "protos",
+    "detection",
+    "fleet",
+    "edge_agent",
+    "cloud_service",
+    "testbed",
+    "bench",
+)
 Graph = dict[str, dict[str, int]]  # module -> {imported module: line of the first import}
 
 # package -> packages of this repo it must never import
 FORBIDDEN = {
-    "configkit": {"protos", "detection", "edge_agent", "cloud_service", "testbed", "bench"},
-    "protos": {"configkit", "detection", "edge_agent", "cloud_service", "testbed", "bench"},
-    "detection": {"edge_agent", "cloud_service", "testbed", "bench"},
+    "configkit": {
+        "protos",
+        "detection",
+        "fleet",
+        "edge_agent",
+        "cloud_service",
+        "testbed",
+        "bench",
+    },
+    "protos": {
+        "configkit",
+        "detection",
+        "fleet",
+        "edge_agent",
+        "cloud_service",
+        "testbed",
+        "bench",
+    },
+    "detection": {"fleet", "edge_agent", "cloud_service", "testbed", "bench"},
+    "fleet": {"edge_agent", "cloud_service", "testbed", "bench"},
     "edge_agent": {"cloud_service", "testbed", "bench"},
     "cloud_service": {"edge_agent", "testbed", "bench"},
     "testbed": {"bench"},
