@@ -286,7 +286,7 @@ class DirectoryStore:
                     "publish it under a new version"
                 )
             facts = None
-            if runtime is None or classes is None or input_size is None:
+            if classes is None or input_size is None:  # else the file is not opened
                 facts = read_model_facts(path)
             size_hw = input_size or (facts.input if facts else None)
             if size_hw is None:
