@@ -277,13 +277,9 @@ def video_sessions(config: DecoderConfig, metrics: ServiceMetrics) -> VideoSessi
     video = config.video
     if not video.codecs:
         return None
-    limits = VideoLimits(
-        max_packet_bytes=video.max_packet_bytes,
-        max_image_pixels=config.max_image_pixels,
-        max_sessions=video.max_sessions,
-        session_idle_s=video.session_idle_s,
+    return VideoSessions(
+        VideoLimits.from_config(config), codecs=video.codecs, on_event=metrics.observe_video_packet
     )
-    return VideoSessions(limits, codecs=video.codecs, on_event=metrics.observe_video_packet)
 
 
 def _start_exporter(metrics: ServiceMetrics, config: CloudServiceConfig) -> MetricsExporter:

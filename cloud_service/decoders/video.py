@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import cv2
 import grpc
@@ -32,6 +32,9 @@ import numpy as np
 from cloud_service.decoders.base import BgrImage
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.uplink import UPLINK_CODECS_METADATA_KEY
+
+if TYPE_CHECKING:
+    from cloud_service.config import DecoderConfig
 
 __all__ = [
     "SUPPORTED_CODECS",
@@ -82,6 +85,17 @@ class VideoLimits:
     max_image_pixels: int = 3840 * 2160
     max_sessions: int = 1024
     session_idle_s: float = 300.0
+
+    @classmethod
+    def from_config(cls, config: DecoderConfig) -> VideoLimits:
+        """The limits of the `decoder` config section and its `video` part."""
+        video = config.video
+        return cls(
+            max_packet_bytes=video.max_packet_bytes,
+            max_image_pixels=config.max_image_pixels,
+            max_sessions=video.max_sessions,
+            session_idle_s=video.session_idle_s,
+        )
 
     def __post_init__(self) -> None:
         for name in ("max_packet_bytes", "max_image_pixels", "max_sessions"):
