@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import cv2
 import grpc
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SUPPORTED_CODECS",
+    "VideoEvent",
     "UPLINK_CODECS_METADATA_KEY",
     "VideoLimits",
     "VideoRejected",
@@ -65,6 +66,11 @@ class VideoDecoder(Protocol):
     def decode(self, agent_id: str, camera_id: str, packet: pb.VideoPacket) -> BgrImage:
         """The BGR picture of `packet`, or `VideoRejected`."""
         ...
+
+
+# what became of one packet (or of a session, "evicted"): `cloud_service_video_packets_total`'s
+# outcome label, pinned to these by a test
+VideoEvent = Literal["decoded", "reference_lost", "corrupt", "invalid", "evicted"]
 
 
 class VideoRejected(Exception):
@@ -290,12 +296,17 @@ class VideoSessions:
         return np.ascontiguousarray(image, dtype=np.uint8)
 
     def _refuse(
-        self, event: str, code: grpc.StatusCode, message: str, *, keyframe_required: bool = True
+        self,
+        event: VideoEvent,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        keyframe_required: bool = True,
     ) -> VideoRejected:
         """Count `event` and make the rejection of one packet."""
         self._event(event)
         return VideoRejected(code, message, keyframe_required=keyframe_required)
 
-    def _event(self, name: str) -> None:
+    def _event(self, name: VideoEvent) -> None:
         if self._on_event is not None:
             self._on_event(name)

@@ -210,3 +210,12 @@ def test_without_pyav_a_replica_announces_no_codec(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(video_module, "PYAV_INSTALLED", False)
     assert VideoSessions().codecs == ()
+
+
+def test_the_metric_outcomes_are_the_decoders_own_events() -> None:
+    from typing import get_args
+
+    from cloud_service.decoders.video import VideoEvent
+    from cloud_service.metrics import VIDEO_OUTCOMES
+
+    assert VIDEO_OUTCOMES == get_args(VideoEvent)
