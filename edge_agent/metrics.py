@@ -41,6 +41,11 @@ Names (all prefixed `edge_agent_`):
   (`reclassified`, `removed`, `rejected`, `created`) and answers dropped as too `late`.
 - `cloud_agreement{camera}` (gauge): share of the tracks the edge is sure of that the cloud
   returned a box for (fusion trusts the cloud's corrections only above `min_agreement`).
+- `fleet_model_info{name, version, sha}` (gauge): 1 for the model the fleet updater runs
+  (`edge_agent.fleet`; the config's own model while no fleet model was kept).
+- `fleet_updates_total{outcome}` (counter): the updater's decisions (`FLEET_UPDATE_OUTCOMES`).
+- `fleet_rollbacks_total{reason}` (counter): fleet models swapped back out (`evidence`: worse
+  on the live signals; `halted`: the rollout stopped; `failed`: the detector failed).
 
 Counters that the capture and the outbox keep themselves (drops, reconnects, outbox drops) are
 fed with their running totals through `set_*_total`, which adds the increase since the last call.
@@ -60,6 +65,8 @@ __all__ = [
     "CAMERA_STATES",
     "ESCALATION_MODES",
     "ESCALATION_OUTCOMES",
+    "FLEET_ROLLBACK_REASONS",
+    "FLEET_UPDATE_OUTCOMES",
     "FUSION_CHANGES",
     "UPLINK_KINDS",
     "EdgeMetrics",
@@ -83,6 +90,12 @@ UPLINK_KINDS: Final = ("keyframe", "inter", "jpeg_not_announced", "jpeg_encoder_
 
 FUSION_CHANGES: Final = ("reclassified", "removed", "rejected", "created", "late")
 """Values of the `change` label of `fusion_changes_total`."""
+
+FLEET_UPDATE_OUTCOMES: Final = ("downloaded", "refused", "swapped", "promoted", "failed")
+"""Values of the `outcome` label of `fleet_updates_total`."""
+
+FLEET_ROLLBACK_REASONS: Final = ("evidence", "halted", "failed")
+"""Values of the `reason` label of `fleet_rollbacks_total`."""
 
 
 class _RunningTotals:
@@ -234,6 +247,43 @@ class EdgeMetrics:
             "1 while most escalated frames expire before the cloud answers them "
             "(escalation.deadline_ms shorter than the cloud's queue plus inference).",
         )
+
+        # -- fleet updates ----------------------------------------------------------------------
+        self.fleet_model_info = declare.gauge(
+            "fleet_model_info",
+            "1 for the model the fleet updater runs (artifact sha256 in `sha`).",
+            "name",
+            "version",
+            "sha",
+        )
+        self.fleet_updates = declare.counter(
+            "fleet_updates", "Fleet model update decisions, by outcome.", "outcome"
+        )
+        self.fleet_rollbacks = declare.counter(
+            "fleet_rollbacks", "Fleet models swapped back out, by reason.", "reason"
+        )
+
+    def set_fleet_model(self, name: str, version: str, sha256: str) -> None:
+        """Mark the model the fleet updater runs now (the only series of `fleet_model_info`)."""
+        self.fleet_model_info.clear()
+        self.fleet_model_info.labels(name=name, version=version, sha=sha256).set(1)
+
+    def observe_fleet_update(self, outcome: str) -> None:
+        """Count one update decision (`outcome` one of `FLEET_UPDATE_OUTCOMES`)."""
+        if outcome not in FLEET_UPDATE_OUTCOMES:
+            raise ValueError(
+                f"unknown fleet update outcome {outcome!r}; expected one of {FLEET_UPDATE_OUTCOMES}"
+            )
+        self.fleet_updates.labels(outcome=outcome).inc()
+
+    def observe_fleet_rollback(self, reason: str) -> None:
+        """Count one roll-back (`reason` one of `FLEET_ROLLBACK_REASONS`)."""
+        if reason not in FLEET_ROLLBACK_REASONS:
+            raise ValueError(
+                f"unknown fleet rollback reason {reason!r}; expected one of "
+                f"{FLEET_ROLLBACK_REASONS}"
+            )
+        self.fleet_rollbacks.labels(reason=reason).inc()
 
     def set_camera_state(self, camera: str, state: str) -> None:
         """Mark `state` (one of `CAMERA_STATES`) as the camera's current one."""

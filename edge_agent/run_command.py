@@ -12,6 +12,10 @@ reload thread and swapped in between frames, `pipeline.model_swap`): `RELOADING=
 `READY=1` with the outcome as the status line. A new config that does not validate, that
 changes more than cameras and the detector, or whose model does not load or names other
 classes, is refused with its reasons in the log, and the running one stays.
+
+With `fleet.enabled` the box boots on the fleet model its state keeps (its hash checked again,
+`edge_agent.fleet.boot`), and a `FleetUpdater` follows the rollouts; a reload then keeps the
+fleet's model file under the file's detector settings.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from configkit.cli import locate_problems
 from configkit.secrets import SecretError
 from configkit.signals import set_on_signals, stop_on_signals
 from configkit.yaml_loader import ConfigError, load_config
+from detection.config import DetectorConfig
 from detection.errors import DetectionError
 from detection.model_metadata import model_file_issues
 from edge_agent.config import EdgeAgentConfig
+from edge_agent.fleet import FleetUpdater, boot_config
 from edge_agent.metrics import EdgeMetrics, start_edge_metrics_exporter
 from edge_agent.pipeline import EdgeAgent
 from edge_agent.pipeline.reload import ReloadPlan, ReloadRefused
@@ -97,12 +103,17 @@ class ReloadOutcome:
 
 
 def reload_from_file(
-    agent: EdgeAgent, config_path: str | Path, *, timeout_s: float = 30.0
+    agent: EdgeAgent,
+    config_path: str | Path,
+    *,
+    timeout_s: float = 30.0,
+    adjust: Callable[[EdgeAgentConfig], EdgeAgentConfig] | None = None,
 ) -> ReloadOutcome:
     """Read `config_path` again and apply its camera and detector changes to `agent`.
 
     Call it from any thread but the frame loop's: the new config (and model) is handed to the
-    loop and waited for, up to `timeout_s`.
+    loop and waited for, up to `timeout_s`. `adjust` changes the config read before it is
+    applied (the fleet updater keeps its model).
     """
     try:
         config = load_config(config_path, EdgeAgentConfig)
@@ -110,6 +121,8 @@ def reload_from_file(
         return ReloadOutcome(None, f"cannot read {config_path}: {exc}")
     except ConfigError as exc:
         return ReloadOutcome(None, str(exc))
+    if adjust is not None:
+        config = adjust(config)
     try:
         plan = agent.request_reload(config).result(timeout_s)
     except ReloadRefused as exc:
@@ -176,8 +189,10 @@ def _run(
     flush_timeout_s: float,
     say: Callable[[str], object],
 ) -> int:
+    own_detector = config.detector
+    config, fleet_state = boot_config(config)
     try:
-        agent = EdgeAgent.from_config(config, environ=environ, metrics=metrics)
+        agent = _build_agent(config, own_detector, environ, metrics)
     except DetectionError as exc:
         # the field and YAML line of a missing or unreadable model, as validate-config says it
         located = locate_problems(config_path, config, model_file_issues)
@@ -187,8 +202,21 @@ def _run(
         say(f"edge-agent run: cannot read a secret: {exc}\n")
         return EXIT_FAILED
 
+    try:
+        updater = (
+            FleetUpdater(agent, own_detector, fleet_state, environ=environ, metrics=metrics)
+            if config.fleet.enabled
+            else None
+        )
+    except SecretError as exc:
+        agent.publisher.outbox.close()
+        agent.detector.close()
+        say(f"edge-agent run: cannot read a secret: {exc}\n")
+        return EXIT_FAILED
+    adjust = updater.keep_model if updater is not None else None
+
     def reload_over_http() -> dict[str, object]:
-        outcome = reload_from_file(agent, config_path)
+        outcome = reload_from_file(agent, config_path, adjust=adjust)
         outcome.log()
         return outcome.document()
 
@@ -204,10 +232,30 @@ def _run(
         say(f"edge-agent run: cannot serve the status page on {where}: {exc}\n")
         return EXIT_FAILED
     try:
-        return _serve(agent, config, config_path, environ, stop, max_runtime_s, flush_timeout_s)
+        return _serve(
+            agent, config, config_path, environ, stop, max_runtime_s, flush_timeout_s, updater
+        )
     finally:
         if page is not None:
             page.close()
+
+
+def _build_agent(
+    config: EdgeAgentConfig,
+    own_detector: DetectorConfig,
+    environ: Mapping[str, str],
+    metrics: EdgeMetrics,
+) -> EdgeAgent:
+    """The agent of `config`; a fleet model that does not load (its hash was checked: a bad
+    runtime install) falls back to the config's own model, logged."""
+    try:
+        return EdgeAgent.from_config(config, environ=environ, metrics=metrics)
+    except DetectionError as exc:
+        if config.detector == own_detector:
+            raise
+        logger.error("fleet: the kept model does not load (%s); booting on the config's model", exc)
+        own = config.model_copy(update={"detector": own_detector})
+        return EdgeAgent.from_config(own, environ=environ, metrics=metrics)
 
 
 def _serve(
@@ -218,6 +266,7 @@ def _serve(
     stop: threading.Event,
     max_runtime_s: float | None,
     flush_timeout_s: float,
+    updater: FleetUpdater | None = None,
 ) -> int:
     notifier = SystemdNotifier(environ)
     deadline = None if max_runtime_s is None else time.monotonic() + max_runtime_s
@@ -229,7 +278,9 @@ def _serve(
     def reload() -> None:
         # Off the frame loop: a new model loads here while frames go on; the loop swaps it in.
         notifier.reloading()
-        outcome = reload_from_file(agent, config_path)
+        outcome = reload_from_file(
+            agent, config_path, adjust=updater.keep_model if updater is not None else None
+        )
         outcome.log()
         notifier.ready(f"{outcome.message().splitlines()[0]}; {status_line(agent)}")
 
@@ -252,11 +303,15 @@ def _serve(
         set_on_signals(reload_requested, (signal.SIGHUP,), what="reloading the config"),
     ):
         agent.start()
+        if updater is not None:
+            updater.start()
         notifier.ready(f"{len(agent.workers)} camera(s) started")
         logger.info("edge agent %s running %d camera(s)", config.agent.id, len(agent.workers))
         try:
             agent.run(stop, on_idle=on_idle)
         finally:
+            if updater is not None:
+                updater.close()
             notifier.stopping("flushing alerts")
             notifier.extend_timeout(flush_timeout_s + 10.0)
             agent.close(flush_timeout_s=flush_timeout_s)

@@ -13,6 +13,7 @@ from detection.config import DetectorConfig
 from edge_agent.config.agent import AgentConfig
 from edge_agent.config.camera import CameraConfig
 from edge_agent.config.escalation import EscalationConfig
+from edge_agent.config.fleet import FleetConfig
 from edge_agent.config.homeassistant import HomeAssistantConfig
 from edge_agent.config.labels import LabelStoreConfig
 from edge_agent.config.media import MediaConfig
@@ -59,6 +60,10 @@ class EdgeAgentConfig(StrictModel):
     homeassistant: HomeAssistantConfig = Field(
         default_factory=HomeAssistantConfig,
         description="Home Assistant MQTT discovery: cameras, zones and rules as HA entities.",
+    )
+    fleet: FleetConfig = Field(
+        default_factory=FleetConfig,
+        description="Model updates from the fleet's signed store, rolled back on evidence (off).",
     )
 
     @model_validator(mode="wrap")

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from configkit.secrets import SecretError
+from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
 from detection.errors import DetectionError
@@ -53,6 +54,10 @@ logger = logging.getLogger(__name__)
 
 OutcomeHook = Callable[[FrameOutcome], None]
 """Called in the frame loop with every analysed frame (escalation, demo, tests)."""
+
+ModelIdentifier = Callable[[Detector, DetectorConfig], ModelIdentity]
+"""Names the model a detector runs (`ModelIdentity.of`, or the fleet updater's, which knows the
+name, version and digest it published the file under)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,7 @@ class EdgeAgent:
         self.focus_budget = FocusBudget()
         self._changes: queue.SimpleQueue[_StateChange] = queue.SimpleQueue()
         self._embedder = embedder if embedder is not None else build_embedder(config.tracker)
+        self.identify: ModelIdentifier = ModelIdentity.of
         self.model = ModelIdentity.of(detector, config.detector)
         self._probation: Probation | None = None
         self.telemetry = (
@@ -364,6 +370,14 @@ class EdgeAgent:
         logger.info("config reloaded: %s", plan.summary())
         return plan
 
+    def set_identifier(self, identify: ModelIdentifier) -> None:
+        """Name models with `identify` from now on, the running one included (call before
+        `start`, or from the frame loop)."""
+        self.identify = identify
+        self.model = identify(self.detector, self.config.detector)
+        if self.telemetry is not None:
+            self.telemetry.on_model(self.model)
+
     def _apply_requested_reloads(self) -> None:
         while True:
             try:
@@ -387,7 +401,7 @@ class EdgeAgent:
         previous = self.model
         self._probation = Probation(self.detector, self.config.detector, previous)
         self.detector = detector
-        self.model = ModelIdentity.of(detector, config.detector)
+        self.model = self.identify(detector, config.detector)
         if self.telemetry is not None:
             self.telemetry.on_model(self.model)
             self.telemetry.on_model_swap("applied")

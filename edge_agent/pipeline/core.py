@@ -111,6 +111,7 @@ class CameraCounters:
     failed: int = 0
     events: int = 0
     escalated: int = 0  # frames decided to be sent to the cloud
+    detections: int = 0  # detector boxes scoring at least the tracker's start threshold
     focus_crops: int = 0  # crops the edge detector looked at closer (`FocusConfig`)
     fusion: FusionTally = field(default_factory=FusionTally)  # what cloud answers did
     fuse_s: float = 0.0  # time spent fusing answers
@@ -250,6 +251,8 @@ class CameraPipeline:
             self.counters.escalated += 1
         decided_at = self._timer()
         self.counters.analysed += 1
+        sure = detections.confidence >= self.tracker.tracker.confidence_threshold
+        self.counters.detections += int(np.count_nonzero(sure))
         self.counters.events += len(events)
         self.last_frame_time_s = frame.capture_time_s
         return FrameOutcome(

@@ -45,6 +45,7 @@ class ModelIdentity:
     name: str
     version: str
     runtime: str
+    sha256: str | None = None  # the artifact's digest, where the fleet updater knows it
 
     @classmethod
     def of(cls, detector: Detector, config: DetectorConfig) -> ModelIdentity:
@@ -56,7 +57,10 @@ class ModelIdentity:
 
     def document(self) -> dict[str, str]:
         """As it appears in a status document."""
-        return {"name": self.name, "version": self.version, "runtime": self.runtime}
+        document = {"name": self.name, "version": self.version, "runtime": self.runtime}
+        if self.sha256 is not None:
+            document["sha256"] = self.sha256
+        return document
 
     def __str__(self) -> str:
         return f"{self.name}:{self.version} on {self.runtime}"
