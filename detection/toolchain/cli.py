@@ -20,6 +20,8 @@ in float (`sensitivity`); `prune` removes channels and fine-tunes the network ba
 `distill` fine-tunes the edge model on one camera's kept escalations, labelled by the cloud, and
 hands the INT8 result over only if it beats the model in service there without forgetting the
 general set (see `distill`); a refusal is one line on stderr and exit status 2.
+`export` and `distill` with `--publish STORE --key KEY` sign what they admit into the fleet's
+model store, the admitting metrics in its manifest (see `publish` and docs/fleet.md).
 
 Bad input (missing file, wrong format, empty calibration folder, unknown output layout, missing
 backend) ends with one line on stderr and exit status 2.
@@ -47,6 +49,13 @@ from detection.toolchain.evaluate import (
     load_model,
 )
 from detection.toolchain.export import export_onnx, export_tflite_int8
+from detection.toolchain.publish import (
+    PublishTarget,
+    admitted_from_accuracy,
+    admitted_from_distill,
+    publish_model,
+    sha256_of,
+)
 from detection.toolchain.tensorrt_build import (
     EngineSettings,
     build_engine,
@@ -189,9 +198,23 @@ def _accuracy_report(source: Path, artefact: Path, dataset: LabelledDataset, img
     return report
 
 
+def _publish_target(args: argparse.Namespace) -> PublishTarget | None:
+    """`--publish STORE --key KEY` (checked now, before the long part), or None."""
+    if args.publish is None:
+        if args.key is not None:
+            raise ExportError("--key is for --publish STORE: give both, or neither")
+        return None
+    if args.key is None:
+        raise ExportError("--publish needs --key KEYFILE (the fleet's signing key)")
+    target = PublishTarget(args.publish, args.key, args.publish_name, args.publish_version)
+    target.check()
+    return target
+
+
 def run_export(args: argparse.Namespace) -> int:
     """`export`: check inputs, export, check the artefact's output layout, compare accuracy."""
     _precheck(args)
+    target = _publish_target(args)
     dataset = load_dataset(args.eval_data) if args.eval_data else None
     artefact = _export(args)
     max_batch = args.max_batch if args.format == "tensorrt" else 1
@@ -199,6 +222,21 @@ def run_export(args: argparse.Namespace) -> int:
     print(f"exported {artefact}")
     if dataset is not None:
         print(_accuracy_report(args.source, artefact, dataset, args.imgsz))
+    if target is not None and args.format != "tensorrt":  # an engine is built on its own GPU
+        accuracy = artefact.with_name(f"{artefact.name}.accuracy.json")
+        report = json.loads(accuracy.read_text()) if dataset is not None else {}
+        source_sha = sha256_of(args.source)
+        print(
+            publish_model(
+                artefact,
+                target,
+                admitted_from_accuracy(report),
+                derived_from=None if source_sha == sha256_of(artefact) else source_sha,
+                input_size=(args.imgsz, args.imgsz),
+            )
+        )
+    elif target is not None:
+        raise ExportError("--publish: TensorRT engines are built on the target, not published")
     return 0
 
 
@@ -289,6 +327,7 @@ def run_distill(args: argparse.Namespace) -> int:
 
     _check_backend("ultralytics", "distill")
     _check_backend("litert_torch", "distill (INT8 TFLite export)")
+    target = _publish_target(args)
     settings = DistillSettings(
         labels=args.labels,
         camera=args.camera,
@@ -312,7 +351,24 @@ def run_distill(args: argparse.Namespace) -> int:
     report = distill(settings, schedule)
     print(report.markdown())
     print(f"handed over {report.model}")
+    if target is not None:  # distill raises before here when it refuses the model
+        print(
+            publish_model(
+                Path(report.model),
+                target,
+                admitted_from_distill(report.to_dict()),
+                derived_from=sha256_of(args.current),
+                input_size=(args.imgsz, args.imgsz),
+            )
+        )
     return 0
+
+
+def _add_publish(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--publish", type=Path, metavar="STORE", help="fleet store: publish it")
+    parser.add_argument("--key", type=Path, help="fleet signing key (PEM) for --publish")
+    parser.add_argument("--publish-name", help="model name in the store (default: file stem)")
+    parser.add_argument("--publish-version", help="version in the store (default: UTC time)")
 
 
 def _fraction(text: str) -> float:
@@ -363,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--max-int8-drop", type=float, default=0.015, help="mAP50-95 below FP32 the search aims at"
     )
+    _add_publish(export)
     export.set_defaults(run=run_export)
 
     evaluate = sub.add_parser("evaluate", help="mAP of a model on a labelled YOLO folder")
@@ -415,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--batch", type=_positive, default=16)
     dis.add_argument("--lr0", type=float, default=0.002, help="initial learning rate")
     dis.add_argument("--seed", type=int, default=0)
+    _add_publish(dis)
     dis.set_defaults(run=run_distill)
 
     pru = sub.add_parser("prune", help="structured channel pruning, fine-tuned back")
