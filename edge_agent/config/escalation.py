@@ -43,9 +43,10 @@ class EscalationWeights(StrictModel):
         default=1.0,
         ge=0.0,
         le=100.0,
-        description="Per track the edge keeps missing that a cloud answer holds (feedback "
-        "region: the next crops re-check it). Measured (bench.hybrid_tradeoff, 10 held-out "
-        "scenes): +0.1 mAP50 point (crowded 0.722 -> 0.732).",
+        description=(
+            "Per track the edge keeps missing that a cloud answer holds (feedback region: the "
+            "next crops re-check it)."
+        ),
     )
     small_object: float = Field(
         default=0.5, ge=0.0, le=100.0, description="Per detection smaller than the small-area cut."
@@ -190,16 +191,9 @@ class RegionEscalationConfig(StrictModel):
     enabled: bool = Field(
         default=False,
         description=(
-            "Send crops instead of the whole frame when the hard part is small: they save "
-            "bytes, not accuracy, as they show the cloud only what the edge already sees, and "
-            "whole frames are how the cloud finds what the edge misses altogether. Off by "
-            "default since whole frames stay within a tenth of cloud-only's bytes at the "
-            "default budget. Measured (bench.hybrid_tradeoff, 2 frames/s): whole frames "
-            "closed 57 % of the edge-to-cloud mAP50 gap against 56 % with crops on the 10 "
-            "scenes the settings were tuned on, 84 % against 77 % and 64 % against 55 % on "
-            "two sets of eight scenes nothing was tuned on, at 78 against 42 KB/s (9.1 % "
-            "against 4.9 % of cloud-only's bytes); at equal bytes crops at 2 frames/s beat "
-            "whole frames at 1 (56 % against 51 %). Turn crops on where the uplink is tight."
+            "Send crops of the hard boxes instead of the whole frame when the hard part is "
+            "small. They save bytes, not accuracy (a crop shows the cloud only what the edge "
+            "already sees): turn them on where the uplink is tight."
         ),
     )
     crops_when_bytes_short: bool = Field(
@@ -331,10 +325,7 @@ class FusionConfig(StrictModel):
         ge=0.0,
         le=1.0,
         description=(
-            "Cloud boxes scoring lower are ignored: a weak cloud guess must not relabel a track "
-            "(measured with the first cloud model: fusing boxes down to 0.2 made the hybrid "
-            "worse than the edge alone; with the retrained one 0.4 beats 0.5 by 0.2 mAP50 "
-            "points)."
+            "Cloud boxes scoring lower are ignored, so a weak cloud guess cannot relabel a track."
         ),
     )
     hold_ms: int = Field(
@@ -353,10 +344,7 @@ class FusionConfig(StrictModel):
         description=(
             "A held box (see hold_ms) is reported at the cloud's score halved every this many ms "
             "the edge has missed the track, so a box coasting off its object ranks below fresh "
-            "detections; null: at the cloud's score until the hold ends. Measured "
-            "(bench.hybrid_tradeoff, 2 frames/s): 80 ms lifted mAP50 from 0.666 to 0.670 and put "
-            "the hybrid at or above the edge alone on every scene (crowded 0.669 -> 0.684); with "
-            "the longer hold_ms, 120 ms and 300 ms give the same mAP50."
+            "detections; null: at the cloud's score until the hold ends."
         ),
     )
     min_held_score: float = Field(
@@ -365,9 +353,7 @@ class FusionConfig(StrictModel):
         le=1.0,
         description=(
             "A held box whose score has run down below this (see hold_half_life_ms) is no longer "
-            "reported. Measured (bench.hybrid_tradeoff, 10 held-out scenes): 0.05 instead of 0 "
-            "traded 0.4 mAP50 points (3 points of the gap closed) for F1 +0.2 and IDF1 +0.6: "
-            "without a floor the long hold kept the hybrid's IDF1 at the edge alone's."
+            "reported."
         ),
     )
     fit_gain: float = Field(
@@ -375,18 +361,10 @@ class FusionConfig(StrictModel):
         ge=0.0,
         le=1.0,
         description=(
-            "Share of the cloud's box fit applied to a track's own edge boxes for fit_ms after "
-            "an answer (0, the default, turns it off): where the cloud boxed the object "
-            "differently from the edge at the answer's frame (the edge's box of a half-hidden "
-            "person in a crowd covers a neighbour too), the edge's next boxes of it are moved "
-            "and resized by this share of that offset, relative to their size. Needs a trusted "
-            "cloud. Measured (bench.hybrid_tradeoff, 2 frames/s, whole frames): on the 10 "
-            "held-out scenes it was tuned on, 0.5 closed 65 % of the edge-to-cloud mAP50 gap "
-            "instead of 57 %, and with ground-truth answers 108 % instead of 90 % (4 frames/s, "
-            "an earlier release); on two further sets of eight scenes 80 % instead of 84 % "
-            "(quiet scenes, where the edge's boxes were already right, took the cloud model's "
-            "box style) and 64 % as without: off until it can tell the two apart. 1.0 follows "
-            "the cloud's noise (55 %)."
+            "Share of the cloud's box fit (how its box differed from the edge's at the answer's "
+            "frame) applied to the track's own edge boxes for fit_ms after an answer; needs a "
+            "trusted cloud. 0 (the default) turns it off: it also gives edge boxes that were "
+            "right the cloud model's box style."
         ),
     )
     fit_ms: int = Field(
@@ -395,8 +373,7 @@ class FusionConfig(StrictModel):
         le=60_000,
         description=(
             "How long after an answer its box fit corrects the track's edge boxes (see "
-            "fit_gain); the next answer about the track replaces it. Measured: 500, 1000 and "
-            "2000 ms within a point of each other."
+            "fit_gain); the next answer about the track replaces it."
         ),
     )
     held_score_scale: float = Field(
@@ -404,14 +381,9 @@ class FusionConfig(StrictModel):
         ge=0.0,
         le=1.0,
         description=(
-            "A held box (see hold_ms) is reported at this share of its score (the cloud's, "
-            "decayed by hold_half_life_ms; min_held_score applies before the share): no detector "
-            "saw the object in this frame, so the box ranks below the edge's fresh detections. "
-            "Measured (bench.hybrid_tradeoff, 10 held-out scenes, 2 frames/s): 0.25 instead of "
-            "1 closed 49 % of the edge-to-cloud mAP50 gap instead of 48 %, and 74 % instead of "
-            "60 % with ground-truth answers (the oracle's held boxes at score 1 outranked real "
-            "detections wherever they drifted off a moving object); 0.1 and 0.5 measured the "
-            "same as 0.25."
+            "A held box (see hold_ms) is reported at this share of its decayed score "
+            "(min_held_score applies before the share): no detector saw the object in this "
+            "frame, so it ranks below the edge's fresh detections."
         ),
     )
     followed_aging: float = Field(
@@ -420,13 +392,8 @@ class FusionConfig(StrictModel):
         le=1.0,
         description=(
             "What a frame in which optical flow followed a held track (follow_flow) counts "
-            "towards its score's decay (hold_half_life_ms): 0 not at all, 1 as a frame the "
-            "track coasted blind. Measured (bench.hybrid_tradeoff, 10 held-out scenes): 0.25 "
-            "instead of 1 kept a truck only the cloud sees reported between answers (events:3 "
-            "mAP50 0.713 -> 0.756). 0 once kept the cloud's false boxes at full score at higher "
-            "budgets (quiet:3 0.901 at 4 frames/s); since held boxes rank at held_score_scale "
-            "it does not (0.944), and 0 closed 55 % of the gap at 2 frames/s instead of 54 % "
-            "with 0.25, 77 % instead of 76 % on eight further scenes."
+            "towards its score's decay (hold_half_life_ms): 0 not at all, 1 as a frame the track "
+            "coasted blind."
         ),
     )
     vouch_ms: int | None = Field(
@@ -435,10 +402,8 @@ class FusionConfig(StrictModel):
         le=60_000,
         description=(
             "How long a cloud confirmation lifts the reported confidence of the track's own "
-            "detections to the cloud's score; 0 (the default): never, they keep the edge's score "
-            "(only held boxes carry the cloud's); null: for the rest of the track's life. "
-            "Measured: lifting ranked badly placed edge boxes of real objects as confident false "
-            "positives (bench.hybrid_tradeoff, bench.real_hybrid)."
+            "detections to the cloud's score; 0 (the default): never, only held boxes carry the "
+            "cloud's score; null: for the rest of the track's life."
         ),
     )
     new_track_min_score: float = Field(
@@ -446,23 +411,16 @@ class FusionConfig(StrictModel):
         ge=0.0,
         le=1.0,
         description=(
-            "A cloud box no track explains starts a track when it scores at least this (an "
-            "object the edge missed; it is reported while the cloud's hold lasts, moved by "
-            "optical flow, see follow_flow); 1.0 turns that off. Such tracks need the cloud to "
-            "be trusted, or the camera to be still undecided (fewer than trust_min_checks "
-            "checks). Measured (bench.hybrid_tradeoff, 10 held-out scenes): off, mAP50 0.695 "
-            "instead of 0.703 (events:3 0.637 instead of 0.685); the first cloud model's tracks "
-            "added more false positives than found objects."
+            "A cloud box no track explains starts a track (an object the edge missed, followed "
+            "by optical flow) when it scores at least this; 1.0 turns that off. Such tracks need "
+            "a trusted cloud, or a camera still undecided (fewer than trust_min_checks checks)."
         ),
     )
     relabel: bool = Field(
         default=True,
         description=(
-            "Let a trusted cloud answer count as a heavy vote in a track's class; off: cloud "
-            "answers vouch for tracks and never change their class. Measured "
-            "(bench.hybrid_tradeoff, bench.real_hybrid): +0.9 mAP50 points on the generated "
-            "scenes (events:2 0.787 -> 0.833) with the retrained cloud model, no change on real "
-            "footage; it cost 5 points on vtest only together with vouch_ms lifting scores."
+            "Let a trusted cloud answer count as a heavy vote (cloud_vote_weight) in a track's "
+            "class; off: cloud answers vouch for tracks and never change their class."
         ),
     )
     cloud_vote_weight: int = Field(
@@ -470,44 +428,31 @@ class FusionConfig(StrictModel):
         ge=1,
         le=1_000,
         description=(
-            "Edge frames one trusted cloud answer is worth in a track's class vote (see "
-            "relabel). Measured (bench.hybrid_tradeoff): 10 instead of 5 lifted events:2 from "
-            "0.826 to 0.873 mAP50 (the edge calls a forklift a truck for many frames in a row). "
-            "20 gained 1.5 points of the gap on the ten held-out scenes and nothing on eight "
-            "further ones, but on real footage at 4 frames/s (bench.real_hybrid, vtest) it let "
-            "the cloud's class errors win: mAP50 0.853 instead of 0.917."
+            "Edge frames one trusted cloud answer is worth in a track's class vote (see relabel)."
         ),
     )
     cloud_sighting: bool = Field(
         default=True,
         description=(
-            "A track the cloud confirms counts as seen at the answer's frame: it is not aged "
-            "out (tracker max_age_frames) and its held score does not run down while only the "
-            "cloud sees it. Measured (bench.hybrid_tradeoff, 10 held-out scenes): off, events:3 "
-            "mAP50 0.681 instead of 0.685, the other scenes unchanged."
+            "A track the cloud confirms counts as seen at the answer's frame: it is not aged out "
+            "(tracker max_age_frames) and its held score does not run down while only the cloud "
+            "sees it."
         ),
     )
     follow_flow: bool = Field(
         default=True,
         description=(
-            "Move the held boxes of tracks only the cloud has seen (started from a cloud box, "
-            "no edge detection since) by the optical flow of their content from frame to frame "
-            "(pyramidal Lucas-Kanade), instead of a Kalman prediction with no velocity. "
-            "Measured (bench.hybrid_tradeoff): a truck the edge never saw stayed at IoU 0.7-0.8 "
-            "instead of falling to 0.35 within 12 frames (events:3 mAP50 0.665 -> 0.685); "
-            "following every held track instead cost 6 points on crowded (flow in a crowd "
-            "follows the neighbours)."
+            "Move the held boxes of tracks only the cloud has seen (no edge detection since) by "
+            "the optical flow of their content (pyramidal Lucas-Kanade), instead of a Kalman "
+            "prediction with no velocity."
         ),
     )
     reject_duplicates: bool = Field(
         default=False,
         description=(
-            "Reject (as reject_below_edge_score does) a weak track the cloud saw only through "
-            "a box it matched to another track that contains it: a second box the edge put on "
-            "one object. Off by default: on the generated scenes it lifted events:4 mAP50 from "
-            "0.916 to 0.929, but on real footage (bench.real_hybrid, vtest) it rejected people "
-            "standing behind others (the cloud returned one box for both) and cut mAP50 from "
-            "0.918 to 0.810."
+            "Also reject a weak track the cloud saw only through a box it matched to another "
+            "track containing it (a second edge box on one object). Off: on real footage that is "
+            "often a person standing behind another."
         ),
     )
     remove_tentative: bool = Field(
@@ -519,10 +464,9 @@ class FusionConfig(StrictModel):
         gt=0.0,
         le=1.0,
         description=(
-            "A matched cloud box confirms the track (cloud score as its confidence, hold, class "
-            "vote) only when it overlaps the track's box at least this much. Measured "
-            "(bench.hybrid_tradeoff): 0.3 instead of 0.5, +0.4 mAP50 points (the edge's boxes "
-            "of small and partly hidden objects are loose)."
+            "A matched cloud box confirms the track (cloud score, hold, class vote) only when it "
+            "overlaps the track's box at least this much; low, as the edge's boxes of small and "
+            "partly hidden objects are loose."
         ),
     )
     reject_below_edge_score: float = Field(
@@ -532,10 +476,7 @@ class FusionConfig(StrictModel):
         description=(
             "A confirmed track the cloud looked at and returned no box for stops being reported "
             "(its recent alerts retracted) when the edge never scored it this high; 0 turns that "
-            "off. Measured (bench.hybrid_tradeoff, 10 held-out scenes, 2 frames/s, with 6 focus "
-            "crops): 0.5 instead of 0.7 closed 51.0 % of the edge-to-cloud mAP50 gap instead of "
-            "50.2 % (the cloud misses some people in a crowd the edge scores 0.5-0.7); 0 closed "
-            "50.6 % and lowered F1 (0.754 instead of 0.759): the edge's false boxes stay."
+            "off."
         ),
     )
     hidden_coverage: float = Field(
@@ -543,14 +484,9 @@ class FusionConfig(StrictModel):
         ge=0.0,
         le=1.0,
         description=(
-            "A track the cloud returned no box of its own for still counts as seen (not "
-            "rejected, and agreeing for trust) when a cloud box covers at least this share of "
-            "its box: a person half hidden behind another is boxed with them, so no box of "
-            "its own is no evidence it is not there. 0 turns it off. Measured "
-            "(bench.hybrid_tradeoff, 2 frames/s, with crops): 0.5 instead of off closed 56.1 % of"
-            " the edge-to-cloud mAP50 gap instead of 54.8 % on the ten held-out scenes and 77.3 %"
-            " instead of 76.8 % on eight further ones (small_far:3 +1.9, small_far:8 +0.6 mAP50 "
-            "points); 0.7 did the same."
+            "A track with no cloud box of its own still counts as seen (not rejected, agreeing "
+            "for trust) when a cloud box covers at least this share of its box: a person half "
+            "hidden behind another is boxed with them. 0 turns it off."
         ),
     )
     min_agreement: float = Field(
@@ -560,15 +496,7 @@ class FusionConfig(StrictModel):
         description=(
             "The cloud may relabel, refit, reject, remove or add tracks on a camera only while "
             "it surely (90 % lower confidence bound) returned a box for at least this share of "
-            "the tracks the edge is sure of; 0 trusts it always. Measured (bench.hybrid_tradeoff, "
-            "10 held-out scenes): 0.75 withheld trust on both scenes of small far objects, where "
-            "the cloud is 23-33 mAP50 points above the edge and the tracks the edge is sure of "
-            "include its own false positives (agreement 0.77 and 0.61): 52 % of the gap closed "
-            "at 2 frames/s instead of 55 %. On eight further scenes 0.75 measured better (79 % "
-            "against 77 %), on real footage (bench.real_hybrid) the same or worse: a close "
-            "call. 0.85 made even a cloud answering the ground truth wait 6 s for trust on a "
-            "scene (it has no box for the objects the ground truth ignores); 0 (no check) let "
-            "an earlier cloud model reject good tracks on events:4 (0.83 instead of 0.92)."
+            "the tracks the edge is sure of; 0 trusts it always."
         ),
     )
     trust_min_checks: int = Field(
@@ -582,13 +510,8 @@ class FusionConfig(StrictModel):
         ge=0.0,
         le=1.0,
         description=(
-            "Share of the cloud's box offset (at its frame) applied to the track now; 0 (the "
-            "default) turns it off. Measured with relabel on and the retrained cloud model, 0.5 "
-            "gave +0.5 mAP50 points on the generated scenes (bench.hybrid_tradeoff) and F1 0.838 "
-            "-> 0.872 on vtest at 2 frames/s (bench.real_hybrid), but 0.853 instead of 0.909 "
-            "mAP50 on vtest at 4 frames/s, and it moved one of two close tracks onto the other "
-            "in the hybrid e2e test (an ID switch, an unexpected zone exit): off until that is "
-            "fixed."
+            "Share of the cloud's box offset (at its frame) applied to the track's state now; 0 "
+            "(the default) turns it off, as it can move a track onto a close neighbour."
         ),
     )
 
@@ -605,11 +528,13 @@ class FocusConfig(StrictModel):
 
     enabled: bool = Field(default=True, description="Follow small cloud-vouched tracks in crops.")
     max_crops: int = Field(
-        default=6, ge=1, le=32, description="Crops per camera and frame (the cost: one detector "
-        "input each, batched with the frames). Measured (bench.hybrid_tradeoff, 10 held-out "
-        "scenes, 2 frames/s): 6 instead of 4 closed 50.2 % of the edge-to-cloud mAP50 gap "
-        "instead of 49.4 % (small_far 0.187 -> 0.197 above the edge); 8 did no better."
-    )  # fmt: skip
+        default=6,
+        ge=1,
+        le=32,
+        description=(
+            "Crops per camera and frame; each is one more detector input, batched with the frames."
+        ),
+    )
     crop_px: int = Field(
         default=160, ge=32, le=4096, description="Side of a crop in source pixels (at least)."
     )
@@ -618,10 +543,8 @@ class FocusConfig(StrictModel):
         ge=1,
         le=4096,
         description=(
-            "Only tracks (and cloud hints) whose box is at most this tall or wide are followed. "
-            "Measured (bench.hybrid_tradeoff, 10 held-out scenes): 96 instead of 40 lifted "
-            "mAP50 from 0.701 to 0.703 (crowded 0.681 -> 0.693: people partly hidden in a crowd "
-            "are found again in a closer look)."
+            "Only tracks (and cloud hints) whose box is at most this tall or wide are followed "
+            "with crops."
         ),
     )
     refine_max_px: int = Field(
@@ -630,13 +553,8 @@ class FocusConfig(StrictModel):
         le=4096,
         description=(
             "Cloud-vouched tracks the whole frame still sees that are at most this tall and wide "
-            "get a crop too (within max_crops, ranked with the others by cloud score), and "
-            "their whole-frame box is averaged with the crop's (score-weighted): a small object "
-            "is a few pixels at the detector's input, so its box is often loose. 0 turns it "
-            "off. Measured "
-            "(bench.hybrid_tradeoff, 10 held-out scenes): mAP50 0.734 instead of 0.708 off "
-            "(small_far:3 0.295 -> 0.428, crowded 0.692 -> 0.732; events 0.963 -> 0.950), "
-            "0.718 at 32 px, 0.727 at 64 px."
+            "get a crop too (within max_crops), and their whole-frame box is averaged with the "
+            "crop's, score-weighted: a small object's box is often loose. 0 turns it off."
         ),
     )
     new_object_min_score: float = Field(
@@ -646,10 +564,7 @@ class FocusConfig(StrictModel):
         description=(
             "A crop's box away from the followed tracks is kept (and may start a track) when it "
             "scores at least this; 1.0 keeps only the boxes of the followed tracks. The "
-            "tracker's own thresholds still apply (a weak box only continues a track). "
-            "Measured (bench.hybrid_tradeoff): 0 instead of 0.3 closed 1 point more of the "
-            "gap on the ten held-out scenes and on eight further ones (small far objects found "
-            "in the crops)."
+            "tracker's own thresholds still apply."
         ),
     )
     cloud_hints: bool = Field(
@@ -732,13 +647,10 @@ class EscalationConfig(StrictModel):
         ge=10,
         le=60_000,
         description=(
-            "Deadline of one frame at the cloud: it must cover the uplink, the cloud's queue "
-            "and its inference, or the answers expire and the hybrid runs as edge-only. 500 ms "
-            "got 1 answer for 102 escalations from the CPU cloud config (about 350 ms of "
-            "inference per frame, and a queue); 2,000 ms got 41 of 43. When most frames expire "
-            "the agent says so (a log line with the measured round trip and a deadline to set, "
-            "`cloud_answers.mismatch` on the status topic, edge_agent_escalation_deadline_"
-            "mismatch 1)."
+            "Deadline of one frame at the cloud; it must cover the uplink, the cloud's queue and "
+            "its inference, or the answers expire and the hybrid runs as edge-only. When most "
+            "frames expire the agent says so (a log line with a deadline to set, "
+            "`cloud_answers.mismatch` on the status topic)."
         ),
     )
     max_in_flight: int = Field(
@@ -749,12 +661,9 @@ class EscalationConfig(StrictModel):
         ge=0.0,
         le=3_600.0,
         description=(
-            "Send one whole frame per camera at least this often, within the frame budget "
-            "(crops in between do not count: they show the cloud only what the edge already "
-            "sees); 0 turns refreshes off. Whole frames are how the cloud finds objects the edge "
-            "misses altogether. Measured (bench.hybrid_tradeoff, 10 held-out scenes, 2 frames/s): "
-            "1 s instead of 10 s lifted mAP50 from 0.697 to 0.703 (a truck the edge never saw: "
-            "events:3 0.645 -> 0.685), at 5 % of cloud-only's bytes."
+            "Send one whole frame per camera at least this often, within the frame budget (crops "
+            "in between do not count); whole frames are how the cloud finds objects the edge "
+            "misses altogether. 0 turns refreshes off."
         ),
     )
     burst_s: float = Field(

@@ -46,11 +46,10 @@ class ClipConfig(StrictModel):
     codec: ClipCodec = Field(
         default="mp4v",
         description=(
-            "`mp4v` (`.mp4`, MPEG-4 Part 2): ~5 ms of CPU a 640x360 frame (0.2 s an 8 s "
-            "clip), plays in Safari, QuickTime, Windows and VLC but not in Chrome or Firefox; "
-            "`vp8` (`.webm`): plays in every browser but costs ~15x that (3 s a clip); "
-            "`mjpeg` (`.avi`): the ring's JPEGs as they are, almost no CPU but ~2.7x the disk "
-            "of `mp4v`, plays in VLC, mpv and Windows. The OpenCV wheel has no H.264 encoder."
+            "`mp4v` (`.mp4`, MPEG-4 Part 2): cheap, plays in Safari, QuickTime, Windows and VLC "
+            "but not in Chrome or Firefox; `vp8` (`.webm`): plays in every browser at many times "
+            "the CPU; `mjpeg` (`.avi`): almost no CPU but more disk. The OpenCV wheel has no "
+            "H.264 encoder."
         ),
     )
     stall_timeout_s: float = Field(

@@ -70,10 +70,9 @@ class TrackerConfig(StrictModel):
         default="all",
         description=(
             "Which boxes the embedder sees: `all`, or only those whose match depends on "
-            "appearance (`ambiguous`): a box alone with its track, overlapping it, outside "
-            "every other track's gate and with no neighbour near, is matched without a "
-            "feature. Worth it with `mobilenetv2` (13-51 % fewer crops, IDF1 within 0.003 on "
-            "generated scenes); with `histogram` it saves little time and cost up to 0.05 IDF1."
+            "appearance (`ambiguous`: a box alone with its track, overlapping it, with no other "
+            "track near, is matched without a feature). Worth it with `mobilenetv2`; with "
+            "`histogram` it saves little and costs identity switches."
         ),
     )
     embed_refresh_frames: int = Field(
@@ -112,11 +111,9 @@ class TrackerConfig(StrictModel):
         le=1.0,
         description=(
             "A detection left unmatched starts a new track only when it scores at least this "
-            "(ByteTrack's new-track threshold, which ByteTrack puts 0.1 above its matching "
-            "threshold); null: `detector.confidence_threshold`, also the floor. Matched "
-            "detections continue tracks from the detector's threshold (and from "
-            "`low_score_threshold` in the second pass). Raising it drops false tracks on the "
-            "generated scenes and loses true ones on real footage (README, tracker)."
+            "(ByteTrack puts it 0.1 above its matching threshold); null: "
+            "`detector.confidence_threshold`, also the floor. Raising it drops false tracks on "
+            "generated scenes and loses true ones on real footage."
         ),
     )
 
