@@ -149,13 +149,13 @@ def _type_text(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_text(a, link) for a in args)
     if origin in (list, set, frozenset, Sequence):
-        return f"list of {_type_text(args[0], link)}"
+        return f"list of {_inner_text(args[0], link)}"
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return f"list of {_type_text(args[0], link)}"
-        return "[" + ", ".join(_type_text(a, link) for a in args) + "]"
+            return f"list of {_inner_text(args[0], link)}"
+        return "[" + ", ".join(_inner_text(a, link) for a in args) + "]"
     if origin is dict:
-        return f"map of {_type_text(args[0], link)} to {_type_text(args[1], link)}"
+        return f"map of {_inner_text(args[0], link)} to {_inner_text(args[1], link)}"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return " | ".join(f"`{json.dumps(_plain(m.value))}`" for m in annotation)
     if isinstance(annotation, type):
@@ -163,6 +163,13 @@ def _type_text(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
             annotation.__name__, annotation.__name__
         )
     return f"`{annotation}`"
+
+
+def _inner_text(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
+    """An element's type; a union in parentheses, so `list of (A | B)` reads one way."""
+    text = _type_text(annotation, link)
+    bare, _ = _strip_annotated(annotation)
+    return f"({text})" if typing.get_origin(bare) in (typing.Union, types.UnionType) else text
 
 
 def _plain(value: Any) -> Any:

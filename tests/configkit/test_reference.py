@@ -44,6 +44,7 @@ class _Root(StrictModel):
         default_factory=_VariantA, description="A union."
     )
     optional: _Leaf | None = Field(default=None, description="Off by default.")
+    either: list[int | str] = Field(default_factory=list, description="Numbers or names.")
 
 
 PAGE = ReferencePage(
@@ -74,6 +75,7 @@ def test_a_page_has_a_section_per_model_and_a_row_per_field() -> None:
     assert "| `leaves` | list of [_Leaf](#leaf) | `[]` | length <= 8 | A list. |" in text
     assert "[_VariantA](#variant-_varianta) \\| [_VariantB](#variant-_variantb)" in text
     assert "| `optional` | [_Leaf](#leaf) \\| null | `null` |" in text
+    assert "| `either` | list of (integer \\| string) | `[]` |" in text
     # a pipe in a description is escaped, so it cannot split the table row
     assert "| `size_px` | integer | `96` | >= 1, <= 4096 | Box size \\| in pixels. |" in text
     assert "python -m small.reference --check" in text
