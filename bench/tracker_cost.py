@@ -26,7 +26,6 @@ from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking import (
     CameraTracker,
-    DeepSortTracker,
     Embedder,
     HistogramEmbedder,
     MobileNetV2Embedder,
@@ -90,7 +89,7 @@ def tracking_cost(
 ) -> Cost:
     """Median `CameraTracker.update` time after the warm-up frames."""
     config = TrackerConfig(embed_policy="all" if policy == "all" else "ambiguous")
-    tracker = CameraTracker(DeepSortTracker.from_config(config, 0.5), embedder, config.embed_policy)
+    tracker = CameraTracker.from_config(config, 0.5, embedder)
     times = []
     for index, dets in enumerate(detections):
         started = time.perf_counter()

@@ -42,7 +42,7 @@ FRAME_SIGNALS = ("motion_without_detections", "refresh")
 
 
 class TrackLike(Protocol):
-    """What the policy reads from a tracker's track (`edge_agent.tracking.track.Track`)."""
+    """What the policy reads from a tracker's track (`tracking.cloud_evidence.CloudTrack`)."""
 
     @property
     def track_id(self) -> int:

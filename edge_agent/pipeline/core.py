@@ -197,7 +197,7 @@ class CameraPipeline:
         # the frame about to be tracked is tracker frame `frame_index + 1`
         self._hints = [(until, h) for until, h in self._hints if until > tracker.frame_index]
         self._focus_plan = plan_focus(
-            tracker.tracks,
+            tracker.cloud_tracks,
             (width, height),
             self.focus,
             tracker.confidence_threshold,
@@ -342,7 +342,7 @@ class CameraPipeline:
         regions = memory.verified_regions(tracker.frame_index) if memory else ()
         signals = FrameSignals.from_frame(
             tracked,
-            tracker.tracks,
+            tracker.cloud_tracks,
             width,
             height,
             self.escalator.config,

@@ -27,8 +27,8 @@ from detection.slicing import (
     tile_to_frame,
 )
 from edge_agent.config.escalation import FocusConfig
+from edge_agent.tracking.cloud_evidence import CloudTrack
 from edge_agent.tracking.fusion import CloudHint
-from edge_agent.tracking.track import Track
 
 FloatArray = npt.NDArray[np.float32]
 CUT_MARGIN_PX = SlicingConfig().cut_margin_px  # a crop's cut boxes, as sliced inference's
@@ -43,7 +43,7 @@ class FocusPlan:
 
 
 def plan_focus(
-    tracks: Sequence[Track],
+    tracks: Sequence[CloudTrack],
     frame_size: tuple[int, int],
     config: FocusConfig,
     seen_score: float,
@@ -64,7 +64,7 @@ def plan_focus(
     width, height = frame_size
     candidates: list[tuple[float, FloatArray, bool]] = []  # (score, box, a followed track)
     for track in tracks:
-        if not track.is_confirmed or track.cloud_rejected or track.cloud_score <= 0.0:
+        if not track.is_confirmed or track.cloud.rejected or track.cloud.score <= 0.0:
             continue
         seen = track.time_since_update == 0 and track.last_score >= seen_score
         box = track.to_xyxy().astype(np.float32)
@@ -72,7 +72,7 @@ def plan_focus(
         if not np.all(np.isfinite(box)) or w <= 0 or h <= 0:
             continue
         if max(w, h) <= (config.refine_max_px if seen else config.max_object_px):
-            candidates.append((track.cloud_score, box, True))
+            candidates.append((track.cloud.score, box, True))
     candidates += _open_hints(tracks, hints, config.max_object_px)
     candidates.sort(key=lambda c: -c[0])
     tiles: list[Tile] = []
@@ -89,7 +89,7 @@ def plan_focus(
 
 
 def _open_hints(
-    tracks: Sequence[Track], hints: Sequence[CloudHint], max_object_px: int
+    tracks: Sequence[CloudTrack], hints: Sequence[CloudHint], max_object_px: int
 ) -> list[tuple[float, FloatArray, bool]]:
     """The small hints no live track overlaps (IoU >= `FOLLOW_IOU`): objects still unexplained."""
     small = [

@@ -14,7 +14,8 @@ import numpy.typing as npt
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking.embedders import Embedder, Float32Array, NoEmbedder
-from edge_agent.tracking.tracker import DeepSortTracker, FollowFunction
+from edge_agent.tracking.fused_tracker import FusedTracker
+from edge_agent.tracking.tracker import FollowFunction
 
 EmbedPolicy = Literal["all", "ambiguous"]
 
@@ -29,7 +30,7 @@ class CameraTracker:
 
     def __init__(
         self,
-        tracker: DeepSortTracker,
+        tracker: FusedTracker,
         embedder: Embedder | None = None,
         embed_policy: EmbedPolicy = "all",
     ) -> None:
@@ -46,7 +47,7 @@ class CameraTracker:
     ) -> CameraTracker:
         """A tracker with the `tracker:` settings and the given embedder (none: IoU only)."""
         return cls(
-            DeepSortTracker.from_config(config, confidence_threshold),
+            FusedTracker.from_config(config, confidence_threshold),
             embedder,
             config.embed_policy,
         )

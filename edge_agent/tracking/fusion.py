@@ -12,7 +12,7 @@ against the boxes the tracks had *at that frame* (`Track.history`), then:
   sees it); a tentative one is confirmed; the current state can be nudged by the cloud's box
   offset (`box_correction_gain`); and for `fit_frames` the track's own edge boxes are
   corrected by `fit_gain` of how the cloud's box differed from the edge's at that frame
-  (`Track.cloud_fit`: a systematic error, like a half-hidden person boxed with a neighbour,
+  (`CloudEvidence.fit`: a systematic error, like a half-hidden person boxed with a neighbour,
   persists from frame to frame);
 - a track the cloud looked at and returned no box for at all (not even a weak one of another
   class, nor one covering `hidden_coverage` of it: a half-hidden object is boxed with the one
@@ -58,10 +58,11 @@ from detection.detections import Detections
 from detection.slicing import box_overlap, coverage
 from edge_agent.config.escalation import FusionConfig
 from edge_agent.escalation.roi import iou
+from edge_agent.tracking.cloud_evidence import CLOUD_VOTE_WEIGHT, CloudTerms, CloudTrack
+from edge_agent.tracking.fused_tracker import FusedTracker
 from edge_agent.tracking.kalman import xyxy_to_xyah
 from edge_agent.tracking.matching import iou_cost, linear_assignment
-from edge_agent.tracking.track import CLOUD_VOTE_WEIGHT, CloudTerms, Track, TrackState
-from edge_agent.tracking.tracker import DeepSortTracker
+from edge_agent.tracking.track import TrackState
 
 Box = tuple[float, float, float, float]
 
@@ -105,7 +106,7 @@ class FusionSettings:
         return self.vouch_frames
 
     def terms(self, held: bool = True) -> CloudTerms:
-        """What a confirmation gives a track (`Track.cloud_confirmed`); `held` False: no hold
+        """What a confirmation gives a track (`CloudEvidence.confirmed`); `held` False: no hold
         (an untrusted cloud only vouches)."""
         return CloudTerms(
             hold_frames=self.hold_frames if held else 0,
@@ -311,7 +312,7 @@ def _overlapping(
 
 
 def fuse_answer(
-    tracker: DeepSortTracker,
+    tracker: FusedTracker,
     frame_index: int,
     cloud: Detections,
     *,
@@ -329,8 +330,8 @@ def fuse_answer(
     lag = tracker.frame_index - frame_index
     if lag < 0 or lag > s.horizon_frames:
         return FusionResult(dropped_late=True)
-    then: list[tuple[Track, npt.NDArray[np.float64]]] = []
-    for track in tracker.tracks:
+    then: list[tuple[CloudTrack, npt.NDArray[np.float64]]] = []
+    for track in tracker.cloud_tracks:
         box = None if track.is_deleted else track.box_at(frame_index, s.history_tolerance_frames)
         if box is not None and (not regions or _inside(_centre(box), regions)):
             then.append((track, box))
@@ -362,15 +363,15 @@ def fuse_answer(
         if 1.0 - float(cost[t, r]) >= s.confirm_iou:
             score = float(cloud.confidence[c])
             if trusted and s.cloud_sighting:
-                track.seen_by_cloud(lag)
+                track.seen_at(lag)
             if trusted and s.relabel:
                 before = track.class_id
-                track.cloud_vote(int(cloud.class_id[c]), score, s.terms())
+                track.cloud.vote(int(cloud.class_id[c]), score, s.terms())
                 reclassified += int(track.class_id != before)
             else:
-                track.cloud_confirmed(score, s.terms(held=trusted))
+                track.cloud.confirmed(score, s.terms(held=trusted))
         if trusted and s.fit_gain > 0.0 and s.fit_frames > 0:
-            track.cloud_fit(cloud.xyxy[c], box_then, s.fit_frames, s.fit_gain)
+            track.cloud.fit(cloud.xyxy[c], box_then, s.fit_frames, s.fit_gain)
         offset = xyxy_to_xyah(cloud.xyxy[c]) - xyxy_to_xyah(box_then)
         track.mean[:4] = track.mean[:4] + s.box_correction_gain * offset
 
@@ -400,7 +401,7 @@ def fuse_answer(
 
 
 def _unexplained(
-    tracker: DeepSortTracker,
+    tracker: FusedTracker,
     cloud: Detections,
     boxes_then: npt.NDArray[np.float64],
     regions: Sequence[Box],
@@ -431,7 +432,7 @@ HINT_IOU = 0.1
 
 def _observe_trust(
     trust: CloudTrust | None,
-    then: Sequence[tuple[Track, npt.NDArray[np.float64]]],
+    then: Sequence[tuple[CloudTrack, npt.NDArray[np.float64]]],
     seen: npt.NDArray[np.bool_],
     s: FusionSettings,
 ) -> bool:
@@ -477,7 +478,7 @@ their boxes lies in both. Measured (bench.hybrid_tradeoff): 0.7 also removed rea
 standing close together (events:2 0.879 -> 0.852); 0.9 kept them."""
 
 
-def _reject_unseen(unseen: Sequence[Track], s: FusionSettings) -> tuple[int, tuple[int, ...]]:
+def _reject_unseen(unseen: Sequence[CloudTrack], s: FusionSettings) -> tuple[int, tuple[int, ...]]:
     """Remove the tentative tracks the cloud saw nothing of, reject weak confirmed ones;
     returns (removed, ids of the newly rejected)."""
     removed = 0
@@ -488,16 +489,16 @@ def _reject_unseen(unseen: Sequence[Track], s: FusionSettings) -> tuple[int, tup
             removed += 1
         elif (
             track.is_confirmed
-            and not track.cloud_rejected
+            and not track.cloud.rejected
             and track.best_score < s.reject_below_edge_score
         ):
-            track.cloud_reject()
+            track.cloud.reject()
             rejected.append(track.track_id)
     return removed, tuple(rejected)
 
 
 def _create_tracks(
-    tracker: DeepSortTracker,
+    tracker: FusedTracker,
     frame_index: int,
     cloud: Detections,
     unmatched: Sequence[int],
@@ -515,7 +516,7 @@ def _create_tracks(
             continue  # a track already covers it now (it moved since that frame)
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED
-        track.cloud_vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.terms())
+        track.cloud.vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.terms())
         present.append(track.to_xyxy())
         created += 1
     return created

@@ -1,15 +1,16 @@
-"""`DeepSortTracker`: the per-camera tracker loop (predict, match, update, birth, death)."""
+"""`DeepSortTracker`: the per-camera tracker loop (predict, match, update, birth, death),
+without the cloud in it (`edge_agent.tracking.fused_tracker` adds that)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
-from detection.slicing import coverage
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking.kalman import CHI2INV95, FloatArray, KalmanFilter, xyxy_to_xyah
 from edge_agent.tracking.matching import (
@@ -32,14 +33,6 @@ FollowFunction = Callable[
 ]
 
 
-HELD_MIN_INSIDE = 0.5
-"""A held box is reported only while this share of it lies inside the frame: an object
-predicted out of the picture has left it. Measured (bench.hybrid_tradeoff): held boxes of
-objects that had left were the hybrid's only false positives with no object near them on the
-`events` scenes; dropping them lifted F1 and IDF1 by 0.3 points. At 0.9 it also dropped real
-objects at the border (`quiet:3`, `crowded:3` fell below the edge alone)."""
-
-
 def _check_range(
     name: str, value: float, low: float, high: float, *, high_open: bool = False
 ) -> None:
@@ -50,12 +43,11 @@ def _check_range(
 
 
 class DeepSortTracker:
-    """DeepSORT with a ByteTrack-style second pass for low-score detections.
-
-    Fusion (`edge_agent.tracking.fusion`) marks tracks from cloud answers: a track the cloud
-    confirmed is reported with at least the cloud's score, and for a while without an edge
-    detection (extra rows after the detections' own; see `_cloud_held`); a track the cloud
-    rejected is not reported (`tracker_id` -1) until the cloud sees it again.
+    """DeepSORT with a ByteTrack-style second pass for low-score detections: detections in,
+    tracks out. `update` runs named steps a subclass may extend, and hooks (`_make_track`,
+    `_followable`, `_reported`, `_extra_rows`) through which `FusedTracker`
+    (`edge_agent.tracking.fused_tracker`) adds what the cloud said, as BoT-SORT extends
+    ByteTrack in ultralytics.
 
     Each `update` takes one frame's detections (and optionally their appearance embeddings,
     one row per detection) and returns a new `Detections`, same rows and order, with
@@ -134,7 +126,7 @@ class DeepSortTracker:
         self._feature_frame: dict[int, int] = {}  # track id -> frame of its newest feature
 
     @classmethod
-    def from_config(cls, config: TrackerConfig, confidence_threshold: float) -> DeepSortTracker:
+    def from_config(cls, config: TrackerConfig, confidence_threshold: float) -> Self:
         """A tracker with the `tracker:` settings and the detector's confidence threshold."""
         return cls(
             max_age_frames=config.max_age_frames,
@@ -171,10 +163,14 @@ class DeepSortTracker:
         takes them; the others can only continue one (default: all may).
         `steps`: frame intervals of the camera since the last update (the motion model moves
         the tracks that far; more than 1 when frames were skipped), capped at `max_age_frames`.
-        `follow` moves the cloud-held tracks no detection matched by what their box's content
-        did since the previous frame (`_follow_held`); without it they coast on the Kalman
-        prediction. `frame_size` (width, height): held boxes mostly outside it (an object that
-        left) are not reported.
+        `follow` moves the tracks `_followable` picks that no detection matched by what their
+        box's content did since the previous frame (`_follow`; none in this class).
+        `frame_size` (width, height) goes to `_extra_rows`.
+
+        The steps, each a method a subclass may extend: `_predict`, `_split_by_score`,
+        `_settle_certain` (and embed the rest), `_first_pass` (appearance, then IoU),
+        `_second_pass` (low scores), `_update_matched`, `_mark_missed`, `_follow`, `_report`
+        (per match `_reported`), `_start_new`, `_age_out`, `_extra_rows`.
         """
         if embeddings is not None and embed is not None:
             raise ValueError("pass embeddings or embed, not both")
@@ -182,43 +178,86 @@ class DeepSortTracker:
         self.frame_index += 1
         steps = min(max(1, int(steps)), self.max_age_frames)
         self._buffer = min(self.skip_iou_buffer * (steps - 1), self.skip_iou_buffer_max)
-        held_before = {
-            track.track_id: track.reported_box()
-            for track in self.tracks
-            if follow and track.is_held and track.cloud_only
+        before = {
+            t.track_id: t.reported_box() for t in self.tracks if follow and self._followable(t)
         }
+        self._predict(steps)
+
+        high, low = self._split_by_score(detections.confidence)
+        xyah = xyxy_to_xyah(detections.xyxy).reshape(-1, 4)
+        embedded = np.ones(len(detections), dtype=bool)
+        settled: list[tuple[int, int]] = []
+        if embed is not None:
+            settled, features = self._settle_certain(detections, xyah, high, embed, embedded)
+        taken = {d for _, d in settled}
+        open_high = [d for d in high if d not in taken]
+        first = self._first_pass(detections, xyah, features, open_high, {t for t, _ in settled})
+        second = self._second_pass(detections, first.unmatched_tracks, low)
+        matches = settled + first.matches + second.matches
+
+        confirmed_before = {id(track) for track in self.tracks if track.is_confirmed}
+        self._update_matched(detections, xyah, features, embedded, matches)
+        self._mark_missed(second.unmatched_tracks, confirmed_before)
+        if follow is not None:
+            missed = [self.tracks[t] for t in second.unmatched_tracks]
+            self._follow([t for t in missed if t.track_id in before], before, follow)
+
+        tracked = self._report(detections, matches)
+        for d in first.unmatched_detections:
+            if may_start is not None and not may_start[d]:
+                continue
+            track = self._start_new(detections, xyah, features if embedded[d] else None, d, steps)
+            if track is not None and track.is_confirmed:
+                tracked.tracker_id[d] = track.track_id
+        self._age_out()
+        matched = {int(t) for t in tracked.tracker_id if t >= 0}
+        return Detections.concatenate([tracked, self._extra_rows(matched, frame_size)])
+
+    # ---- the steps of `update` -------------------------------------------------------------
+
+    def _predict(self, steps: int) -> None:
+        """Move every track `steps` camera frame intervals ahead on its motion model."""
         for track in self.tracks:
             track.predict(self.kalman, steps)
 
-        conf = detections.confidence
-        high = [int(i) for i in np.flatnonzero(conf >= self.confidence_threshold)]
+    def _split_by_score(self, confidence: npt.NDArray[np.float32]) -> tuple[list[int], list[int]]:
+        """Detection indices scoring at least `confidence_threshold` (they match first and may
+        start tracks), and those from `low_score_threshold` up to it (second pass only)."""
+        high = [int(i) for i in np.flatnonzero(confidence >= self.confidence_threshold)]
         low: list[int] = []
         if self.low_score_threshold is not None:
-            is_low = (conf >= self.low_score_threshold) & (conf < self.confidence_threshold)
-            low = [int(i) for i in np.flatnonzero(is_low)]
+            above = confidence >= self.low_score_threshold
+            low = [int(i) for i in np.flatnonzero(above & (confidence < self.confidence_threshold))]
+        return high, low
 
-        xyah = xyxy_to_xyah(detections.xyxy).reshape(-1, 4)
-        settled: list[tuple[int, int]] = []
-        embedded = np.ones(len(detections), dtype=bool)
-        if embed is not None:
-            settled = self.certain_pairs(detections, xyah, high)
-            fresh = {d for t, d in settled if not self._feature_due(self.tracks[t])}
-            wanted = [d for d in high if d not in fresh]
-            features = self._check_embeddings(detections, embed(wanted), wanted)
-            embedded[:] = False
-            embedded[wanted] = features is not None
-        taken = {d for _, d in settled}
-        first = self._first_pass(
-            detections,
-            xyah,
-            features,
-            [d for d in high if d not in taken],
-            {t for t, _ in settled},
-        )
-        second = self._second_pass(detections, first.unmatched_tracks, low)
+    def _settle_certain(
+        self,
+        detections: Detections,
+        xyah: FloatArray,
+        high: list[int],
+        embed: EmbedFunction,
+        embedded: npt.NDArray[np.bool_],
+    ) -> tuple[list[tuple[int, int]], FloatArray | None]:
+        """The `certain_pairs`, and features from `embed` for the other high detections and
+        those whose track is due a fresh one; sets `embedded` to the detections that got one."""
+        settled = self.certain_pairs(detections, xyah, high)
+        fresh = {d for t, d in settled if not self._feature_due(self.tracks[t])}
+        wanted = [d for d in high if d not in fresh]
+        features = self._check_embeddings(detections, embed(wanted), wanted)
+        embedded[:] = False
+        embedded[wanted] = features is not None
+        return settled, features
 
-        confirmed_before = {id(track) for track in self.tracks if track.is_confirmed}
-        for t, d in settled + first.matches + second.matches:
+    def _update_matched(
+        self,
+        detections: Detections,
+        xyah: FloatArray,
+        features: FloatArray | None,
+        embedded: npt.NDArray[np.bool_],
+        matches: list[tuple[int, int]],
+    ) -> None:
+        """Correct each matched track with its detection (and feature, where embedded)."""
+        for t, d in matches:
             feature = None if features is None or not embedded[d] else features[d]
             self.tracks[t].update(
                 self.kalman,
@@ -231,43 +270,107 @@ class DeepSortTracker:
             )
             if feature is not None:
                 self._feature_frame[self.tracks[t].track_id] = self.frame_index
-        for t in second.unmatched_tracks:
+
+    def _mark_missed(self, unmatched_tracks: list[int], confirmed_before: set[int]) -> None:
+        """Age the unmatched tracks (tentative ones die), and backdate the origin of the tracks
+        this frame confirmed (`confirmed_before`: `id()` of those confirmed before it)."""
+        for t in unmatched_tracks:
             self.tracks[t].mark_missed()
         for track in self.tracks:
             if track.is_confirmed and id(track) not in confirmed_before:
                 self._backdate_origin(track)
-        if follow is not None:
-            missed = [self.tracks[t] for t in second.unmatched_tracks]
-            held = [t for t in missed if t.track_id in held_before]
-            self._follow_held(held, held_before, follow)
 
+    def _report(self, detections: Detections, matches: list[tuple[int, int]]) -> Detections:
+        """This frame's detections with the id and class vote of the track each matched where
+        `_reported` reports it; `tracker_id` -1 elsewhere."""
         tracker_id = np.full(len(detections), -1, dtype=np.int64)
         class_id = detections.class_id.copy()
         confidence = detections.confidence.copy()
         xyxy = detections.xyxy.copy()
-        for t, d in settled + first.matches + second.matches:
+        for t, d in matches:
             track = self.tracks[t]
-            if track.is_confirmed and not track.cloud_rejected:
-                xyxy[d] = track.fitted(xyxy[d])
+            reported = self._reported(track, xyxy[d], float(confidence[d]))
+            if reported is not None:
+                xyxy[d], confidence[d] = reported
                 tracker_id[d] = track.track_id
-                class_id[d] = track.class_id  # the track's vote, cloud answers included
-                confidence[d] = max(float(confidence[d]), track.vouched_score)  # cloud-vouched
-        for d in first.unmatched_detections:
-            if may_start is not None and not may_start[d]:
-                continue
-            if conf[d] < self.new_track_min_score:
-                continue
-            self._start_track(detections, xyah, features if embedded[d] else None, d)
-            self.tracks[-1].birth_steps = steps
-            if self.tracks[-1].is_confirmed:
-                tracker_id[d] = self.tracks[-1].track_id
+                class_id[d] = track.class_id
+        return Detections(xyxy, confidence, class_id, tracker_id)
+
+    def _start_new(
+        self,
+        detections: Detections,
+        xyah: FloatArray,
+        features: FloatArray | None,
+        d: int,
+        steps: int,
+    ) -> Track | None:
+        """Start a track from unmatched detection `d` if it scores `new_track_min_score`."""
+        if detections.confidence[d] < self.new_track_min_score:
+            return None
+        feature = None if features is None else features[d]
+        track = self._new_track(
+            xyah[d], detections.xyxy[d], int(detections.class_id[d]), self.frame_index, feature
+        )
+        if feature is not None:
+            self._feature_frame[track.track_id] = self.frame_index
+        track.birth_steps = steps
+        return track
+
+    def _age_out(self) -> None:
+        """Drop the deleted tracks (missed too long, or deleted from outside)."""
         for track in self.tracks:
             if track.is_deleted:
                 self._feature_frame.pop(track.track_id, None)
         self.tracks = [t for t in self.tracks if not t.is_deleted]
-        matched = {int(t) for t in tracker_id if t >= 0}
-        tracked = Detections(xyxy, confidence, class_id, tracker_id)
-        return Detections.concatenate([tracked, self._cloud_held(matched, frame_size)])
+
+    # ---- hooks for subclasses (`FusedTracker`) -----------------------------------------------
+
+    def _new_track(
+        self,
+        xyah: npt.ArrayLike,
+        xyxy: npt.ArrayLike,
+        class_id: int,
+        frame_index: int,
+        feature: npt.ArrayLike | None = None,
+    ) -> Track:
+        """Create a track with the next id for a box seen at `frame_index`, and keep it."""
+        mean, covariance = self.kalman.initiate(np.asarray(xyah, dtype=np.float64).reshape(4))
+        track = self._make_track(
+            track_id=self._next_id,
+            mean=mean,
+            covariance=covariance,
+            class_id=class_id,
+            frame_index=frame_index,
+            xyxy=xyxy,
+            n_init=self.n_init,
+            max_age=self.max_age_frames,
+            gallery_size=self.gallery_size,
+            history_size=self.history_size,
+            feature=feature,
+        )
+        self._next_id += 1
+        self.tracks.append(track)
+        return track
+
+    def _make_track(self, **kwargs: Any) -> Track:
+        """The `Track` (or subclass) this tracker keeps, from `Track`'s arguments."""
+        return Track(**kwargs)
+
+    def _followable(self, track: Track) -> bool:
+        """Whether `update`'s `follow` moves `track` when no detection matched it (never here)."""
+        return False
+
+    def _reported(
+        self, track: Track, xyxy: FloatArray, confidence: float
+    ) -> tuple[FloatArray, float] | None:
+        """The box and score a detection matched to `track` is reported with; None: it is
+        reported untracked. Here: as detected, once the track is confirmed."""
+        return (xyxy, confidence) if track.is_confirmed else None
+
+    def _extra_rows(self, matched: set[int], frame_size: tuple[int, int] | None) -> Detections:
+        """Rows after the detections' own, for tracks reported without a detection
+        (`matched`: the ids the detections carry). None here."""
+        return Detections.empty()
 
     def _backdate_origin(self, track: Track) -> None:
         """A track born `birth_steps` camera intervals after the analysed frame before it was
@@ -285,12 +388,12 @@ class DeepSortTracker:
         dx, dy = vx * back, vy * back
         track.origin = (x1 - dx, y1 - dy, x2 - dx, y2 - dy)
 
-    def _follow_held(
+    def _follow(
         self, tracks: list[Track], before: dict[int, FloatArray], follow: FollowFunction
     ) -> None:
-        """Move the missed cloud-held `tracks` by the flow of their previous boxes (`before`,
+        """Move the missed followable `tracks` by the flow of their previous boxes (`before`,
         by track id): a Kalman correction to the moved box, which also teaches a
-        track started from a cloud box its velocity. Not an edge hit: the track still ages."""
+        track started without a detection its velocity. Not a hit: the track still ages."""
         tracks = [t for t in tracks if not t.is_deleted]
         if not tracks:
             return
@@ -301,63 +404,14 @@ class DeepSortTracker:
                 dx, dy = shift
                 track.follow(self.kalman, box + np.array([dx, dy, dx, dy]), self.frame_index)
 
-    def _cloud_held(self, matched: set[int], frame_size: tuple[int, int] | None) -> Detections:
-        """Rows for confirmed tracks the cloud vouched for recently that the edge missed now.
-
-        The cloud sees objects the edge cannot (small, far, occluded); for `cloud_hold` frames
-        after an answer such a track is reported at its predicted box with the cloud's score
-        (`Track.held_score`: decaying while the edge misses it, where fusion set a half-life),
-        while it stays in the frame (`HELD_MIN_INSIDE`). The row's confidence is that score
-        times `Track.cloud_held_scale`: nothing detected the object in this frame, so it ranks
-        below the edge's fresh detections; the floor (`cloud_held_floor`) applies to the held
-        score, the cloud's evidence, not to the rank.
-        """
-        rows: list[tuple[Track, float, FloatArray]] = []
-        for track in self.tracks:
-            held, score = track.is_held, track.held_score
-            track.age_cloud_evidence()
-            if not held or score < track.cloud_held_floor or track.track_id in matched:
-                continue
-            box = track.reported_box()
-            # Coasting on the Kalman prediction alone can shrink a box to nothing.
-            if not (np.all(np.isfinite(box)) and box[2] > box[0] and box[3] > box[1]):
-                continue
-            if frame_size is not None:
-                frame = np.array([0.0, 0.0, *frame_size], dtype=np.float32)
-                if coverage(box.astype(np.float32), frame)[0, 0] < HELD_MIN_INSIDE:
-                    continue
-            rows.append((track, score * track.cloud_held_scale, box))
-        if not rows:
-            return Detections.empty()
-        return Detections(
-            np.stack([box for _, _, box in rows]).astype(np.float32),
-            np.array([score for _, score, _ in rows], dtype=np.float32),
-            np.array([t.class_id for t, _, _ in rows], dtype=np.int64),
-            np.array([t.track_id for t, _, _ in rows], dtype=np.int64),
-        )
-
     def spawn_track(self, xyxy: npt.ArrayLike, class_id: int, frame_index: int) -> Track:
         """Start a track for a box seen at past frame `frame_index` (a cloud answer) and predict
         it forward to the current frame; returns it (tentative: the caller decides)."""
         box = np.asarray(xyxy, dtype=np.float64).reshape(4)
-        mean, covariance = self.kalman.initiate(xyxy_to_xyah(box).reshape(4))
-        track = Track(
-            track_id=self._next_id,
-            mean=mean,
-            covariance=covariance,
-            class_id=int(class_id),
-            frame_index=frame_index,
-            xyxy=box,
-            n_init=self.n_init,
-            max_age=self.max_age_frames,
-            gallery_size=self.gallery_size,
-            history_size=self.history_size,
-        )
+        track = self._new_track(xyxy_to_xyah(box).reshape(4), box, int(class_id), frame_index)
         for _ in range(max(0, self.frame_index - frame_index)):
             track.predict(self.kalman)
         track.time_since_update = 0  # just seen (by the cloud), so not aged out at once
-        self._next_id += 1
-        self.tracks.append(track)
         return track
 
     def certain_pairs(
@@ -513,26 +567,3 @@ class DeepSortTracker:
             detection_boxes = buffered(detection_boxes, self._buffer)
         cost = iou_cost(track_boxes, detection_boxes)
         return linear_assignment(cost, max_distance, tracks, dets)
-
-    def _start_track(
-        self, detections: Detections, xyah: FloatArray, features: FloatArray | None, d: int
-    ) -> None:
-        mean, covariance = self.kalman.initiate(xyah[d])
-        self.tracks.append(
-            Track(
-                track_id=self._next_id,
-                mean=mean,
-                covariance=covariance,
-                class_id=int(detections.class_id[d]),
-                frame_index=self.frame_index,
-                xyxy=detections.xyxy[d],
-                n_init=self.n_init,
-                max_age=self.max_age_frames,
-                gallery_size=self.gallery_size,
-                history_size=self.history_size,
-                feature=None if features is None else features[d],
-            )
-        )
-        if features is not None:
-            self._feature_frame[self._next_id] = self.frame_index
-        self._next_id += 1

@@ -13,7 +13,7 @@ from edge_agent.config.escalation import EscalationConfig
 from edge_agent.escalation.budget import EscalationBudget
 from edge_agent.escalation.policy import EscalationDecision, EscalationPolicy, FrameSignals
 from edge_agent.escalation.roi import Box, iou, merge_overlapping, pad_box, regions_for
-from edge_agent.tracking.tracker import DeepSortTracker
+from edge_agent.tracking.fused_tracker import FusedTracker
 
 W, H = 1000, 800
 
@@ -130,7 +130,7 @@ def test_signals_from_frame(
 
 
 def test_signals_from_a_real_tracker() -> None:
-    tracker = DeepSortTracker(n_init=1, max_age_frames=5)
+    tracker = FusedTracker(n_init=1, max_age_frames=5)
     config = _config()
     first = tracker.update(_detections([BIG], [0.9]))
     signals = FrameSignals.from_frame(first, tracker.tracks, W, H, config)

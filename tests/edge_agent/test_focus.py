@@ -15,22 +15,22 @@ from detection.runtimes.config import OnnxRuntimeConfig
 from detection.slicing import Tile
 from edge_agent.config.escalation import FocusConfig
 from edge_agent.pipeline.focus import detect_crops, merge_focus, plan_focus
-from edge_agent.tracking import DeepSortTracker
-from edge_agent.tracking.track import Track
+from edge_agent.tracking import FusedTracker
+from edge_agent.tracking.cloud_evidence import CloudTrack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FRAME = (640, 360)
 SEEN = 0.3  # the tracker's threshold for starting tracks
 
 
-def _tracks(*boxes: tuple[float, float, float, float], vouched: bool = True) -> list[Track]:
-    tracker = DeepSortTracker(n_init=1)
+def _tracks(*boxes: tuple[float, float, float, float], vouched: bool = True) -> list[CloudTrack]:
+    tracker = FusedTracker(n_init=1)
     for box in boxes:
         track = tracker.spawn_track(np.array(box), 0, 0)
         track.confirm()
         if vouched:
-            track.cloud_confirmed(0.8)
-    return tracker.tracks  # spawn_track added them
+            track.cloud.confirmed(0.8)
+    return tracker.cloud_tracks  # spawn_track added them
 
 
 def test_small_vouched_tracks_get_a_crop_inside_the_frame() -> None:
@@ -130,7 +130,7 @@ def test_merge_adds_only_what_the_whole_frame_missed() -> None:
 
 
 def test_a_box_that_may_not_start_a_track_only_continues_one() -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     box = Detections(np.array([[10.0, 10.0, 30.0, 50.0]]), np.array([0.9]), np.array([0]))
     tracker.update(box, may_start=np.array([False]))
     assert tracker.tracks == []

@@ -7,9 +7,9 @@ import pytest
 
 from detection.detections import Detections
 from edge_agent.config.escalation import FusionConfig
-from edge_agent.tracking import DeepSortTracker
+from edge_agent.tracking import FusedTracker
+from edge_agent.tracking.cloud_evidence import CloudTerms
 from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
-from edge_agent.tracking.track import CloudTerms
 
 PERSON, CAR = 0, 1
 LIFT = FusionSettings(vouch_frames=-1)  # a confirmation lifts the track's score for life
@@ -27,13 +27,13 @@ def _moving_box(frame: int, x0: float = 100.0, speed: float = 4.0) -> tuple[floa
     return (x, 100.0, x + 40.0, 200.0)
 
 
-def _run(tracker: DeepSortTracker, frames: range, boxes: list[tuple[float, ...]], cls: int) -> None:
+def _run(tracker: FusedTracker, frames: range, boxes: list[tuple[float, ...]], cls: int) -> None:
     for f in frames:
         tracker.update(_dets(*[(*b(f), 0.9, cls) for b in boxes]))  # type: ignore[operator]
 
 
 def test_cloud_class_overrides_a_young_tracks_edge_class_but_not_a_long_history() -> None:
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
     (track,) = tracker.tracks
@@ -49,7 +49,7 @@ def test_cloud_class_overrides_a_young_tracks_edge_class_but_not_a_long_history(
 
 
 def test_with_relabel_off_the_cloud_vouches_for_a_track_but_keeps_its_class() -> None:
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
     (track,) = tracker.tracks
@@ -57,11 +57,11 @@ def test_with_relabel_off_the_cloud_vouches_for_a_track_but_keeps_its_class() ->
     result = fuse_answer(tracker, 1, _dets((*_moving_box(1), 0.95, PERSON)), settings=settings)
     assert (result.matched, result.reclassified) == (1, 0)
     assert track.class_id == CAR
-    assert (track.cloud_score, track.cloud_hold) == (pytest.approx(0.95), 6)
+    assert (track.cloud.score, track.cloud.hold) == (pytest.approx(0.95), 6)
 
 
 def test_a_tentative_track_is_confirmed_or_removed_by_the_cloud() -> None:
-    tracker = DeepSortTracker(n_init=5)
+    tracker = FusedTracker(n_init=5)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON), (*_moving_box(f, x0=400), 0.9, CAR)))
     real, ghost = tracker.tracks
@@ -72,7 +72,7 @@ def test_a_tentative_track_is_confirmed_or_removed_by_the_cloud() -> None:
 
 
 def test_an_object_the_edge_missed_becomes_a_track_propagated_to_now() -> None:
-    tracker = DeepSortTracker(n_init=2, low_score_threshold=0.1, confidence_threshold=0.5)
+    tracker = FusedTracker(n_init=2, low_score_threshold=0.1, confidence_threshold=0.5)
     for _ in range(8):
         tracker.update(Detections.empty())
     result = fuse_answer(tracker, 3, _dets((300.0, 50.0, 340.0, 150.0, 0.8, PERSON)))
@@ -85,7 +85,7 @@ def test_an_object_the_edge_missed_becomes_a_track_propagated_to_now() -> None:
 
 
 def test_low_scoring_or_already_tracked_cloud_boxes_start_nothing() -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     for f in range(6):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
     weak = (500.0, 50.0, 540.0, 150.0, 0.3, PERSON)
@@ -95,7 +95,7 @@ def test_low_scoring_or_already_tracked_cloud_boxes_start_nothing() -> None:
 
 
 def test_regions_limit_what_the_cloud_can_confirm_remove_or_create() -> None:
-    tracker = DeepSortTracker(n_init=5)
+    tracker = FusedTracker(n_init=5)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON), (*_moving_box(f, x0=400), 0.9, CAR)))
     region = (380.0, 80.0, 480.0, 220.0)  # around the second object only
@@ -107,7 +107,7 @@ def test_regions_limit_what_the_cloud_can_confirm_remove_or_create() -> None:
 
 @pytest.mark.parametrize("answer_frame", [-1, 30, 3])
 def test_answers_past_the_horizon_or_from_the_future_are_dropped(answer_frame: int) -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     for f in range(20 if answer_frame != 3 else 40):
         tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
     if answer_frame == -1:
@@ -119,7 +119,7 @@ def test_answers_past_the_horizon_or_from_the_future_are_dropped(answer_frame: i
 
 
 def test_box_offset_at_that_frame_nudges_the_current_state() -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     for f in range(10):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
     before = tracker.tracks[0].to_xyxy().copy()
@@ -130,7 +130,7 @@ def test_box_offset_at_that_frame_nudges_the_current_state() -> None:
 
 
 def test_a_weak_cloud_box_never_relabels_and_one_object_gives_one_box() -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     for f in range(6):
         tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
     box = _moving_box(4)
@@ -143,7 +143,7 @@ def test_a_weak_cloud_box_never_relabels_and_one_object_gives_one_box() -> None:
 
 
 def test_a_track_the_cloud_vouched_for_is_reported_for_a_while_without_the_edge() -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     settings = FusionSettings(hold_frames=3)
     for _ in range(4):
         tracker.update(Detections.empty())
@@ -157,7 +157,7 @@ def test_a_track_the_cloud_vouched_for_is_reported_for_a_while_without_the_edge(
 
 
 def test_a_held_boxs_score_halves_every_half_life_the_edge_misses_the_track() -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     settings = FusionSettings(hold_frames=4, hold_half_life_frames=2.0)
     for f in range(4):
         tracker.update(_dets((*_moving_box(f), 0.6, PERSON)))
@@ -181,18 +181,18 @@ def test_the_held_score_half_life_comes_from_the_config_in_frames() -> None:
 
 
 def test_a_held_track_whose_prediction_collapses_is_not_reported() -> None:
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     fuse_answer(tracker, -1, Detections.empty())  # nothing yet
     for f in range(3):
         tracker.update(_dets((100.0, 100.0 - 20 * f, 140.0, 200.0 - 40 * f, 0.9, PERSON)))
     (track,) = tracker.tracks
-    track.cloud_vote(PERSON, 0.9, CloudTerms(hold_frames=40))
+    track.cloud.vote(PERSON, 0.9, CloudTerms(hold_frames=40))
     rows = [len(tracker.update(Detections.empty())) for _ in range(10)]
     assert rows[0] == 1 and rows[-1] == 0  # the shrinking box stops being reported
 
 
-def _one_track(score: float, frames: int = 6, cls: int = PERSON) -> DeepSortTracker:
-    tracker = DeepSortTracker(n_init=1)
+def _one_track(score: float, frames: int = 6, cls: int = PERSON) -> FusedTracker:
+    tracker = FusedTracker(n_init=1)
     for f in range(frames):
         tracker.update(_dets((*_moving_box(f), score, cls)))
     return tracker
@@ -225,7 +225,7 @@ def test_a_confirmed_track_the_cloud_saw_nothing_of_is_rejected_unless_the_edge_
 def test_a_person_half_hidden_behind_another_is_not_rejected_for_sharing_their_box(
     hidden_coverage: float, rejected: bool
 ) -> None:
-    tracker = DeepSortTracker(n_init=2, confidence_threshold=0.3)
+    tracker = FusedTracker(n_init=2, confidence_threshold=0.3)
     front, behind = (100.0, 100.0, 140.0, 200.0), (125.0, 110.0, 150.0, 190.0)  # IoU 0.25
     for _ in range(3):
         tracker.update(_dets((*front, 0.9, PERSON), (*behind, 0.4, PERSON)))
@@ -283,7 +283,7 @@ def test_by_default_a_confirmation_keeps_the_edge_score_and_holds_at_the_clouds(
 def test_an_untrusted_cloud_only_vouches_and_a_trusted_one_corrects() -> None:
     settings = FusionSettings(min_agreement=0.8, trust_min_checks=3, hold_frames=0, relabel=True)
     sure = (*_moving_box(4, x0=300), 0.9, PERSON)  # another object the edge is sure of
-    tracker = DeepSortTracker(n_init=1)
+    tracker = FusedTracker(n_init=1)
     for f in range(6):
         tracker.update(
             _dets((*_moving_box(f), 0.4, PERSON), (*_moving_box(f, x0=300), 0.9, PERSON))
@@ -297,7 +297,7 @@ def test_an_untrusted_cloud_only_vouches_and_a_trusted_one_corrects() -> None:
         )
         assert not result.trusted and result.reclassified == 0
     assert (trust.checked, trust.seen, trust.agreement) == (3, 0, 0.0)
-    assert weak.class_id == PERSON and weak.cloud_score == pytest.approx(0.9)
+    assert weak.class_id == PERSON and weak.cloud.score == pytest.approx(0.9)
     # Once it sees what the edge is sure of, agreement climbs: 1 of 4 is not enough, nor is 17
     # of 20 (its 90 % lower bound is 0.72); 27 of 30 is (0.81).
     answer = _dets((*_moving_box(4), 0.9, CAR), sure)
@@ -316,7 +316,7 @@ def test_an_untrusted_cloud_only_vouches_and_a_trusted_one_corrects() -> None:
 def test_an_untrusted_cloud_neither_rejects_nor_removes_nor_creates() -> None:
     settings = FusionSettings(trust_min_checks=10)
     distrusted = CloudTrust(checked=20, seen=8)  # enough checks, too few of them seen
-    tracker = DeepSortTracker(n_init=5)
+    tracker = FusedTracker(n_init=5)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.5, PERSON)))
     new_object = (500.0, 50.0, 540.0, 150.0, 0.95, CAR)
@@ -354,7 +354,7 @@ def test_cloud_boxes_no_track_explains_come_back_as_hints() -> None:
 
 
 def test_a_heavier_cloud_vote_outweighs_a_longer_edge_history() -> None:
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, CAR)))
     (track,) = tracker.tracks
@@ -365,9 +365,9 @@ def test_a_heavier_cloud_vote_outweighs_a_longer_edge_history() -> None:
     assert track.class_id == PERSON  # 15 edge votes against one cloud vote worth 20
 
 
-def _seen_then_missed(missed: int) -> tuple[DeepSortTracker, int]:
+def _seen_then_missed(missed: int) -> tuple[FusedTracker, int]:
     """A confirmed track seen on frames 1-4, then missed `missed` frames; its last seen frame."""
-    tracker = DeepSortTracker(n_init=2, max_age_frames=30)
+    tracker = FusedTracker(n_init=2, max_age_frames=30)
     for f in range(4):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
     last_seen = tracker.frame_index
@@ -394,7 +394,7 @@ def test_a_cloud_confirmation_counts_as_seeing_the_track_at_the_answers_frame(
 
 
 def test_a_weak_second_box_inside_the_object_the_cloud_boxed_once_is_rejected() -> None:
-    tracker = DeepSortTracker(n_init=2, confidence_threshold=0.3)
+    tracker = FusedTracker(n_init=2, confidence_threshold=0.3)
     whole, part = (100.0, 100.0, 200.0, 300.0), (100.0, 100.0, 200.0, 240.0)
     for _ in range(3):
         tracker.update(_dets((*whole, 0.9, CAR), (*part, 0.4, CAR)))
@@ -405,11 +405,11 @@ def test_a_weak_second_box_inside_the_object_the_cloud_boxed_once_is_rejected() 
     dedup = FusionSettings(reject_duplicates=True)
     result = fuse_answer(tracker, tracker.frame_index, cloud, settings=dedup)
     assert result.rejected == (duplicate.track_id,)
-    assert duplicate.cloud_rejected and not truck.cloud_rejected
+    assert duplicate.cloud.rejected and not truck.cloud.rejected
 
 
 def test_a_neighbour_overlapping_the_object_the_cloud_boxed_is_not_a_duplicate() -> None:
-    tracker = DeepSortTracker(n_init=2, confidence_threshold=0.3)
+    tracker = FusedTracker(n_init=2, confidence_threshold=0.3)
     left, right = (100.0, 100.0, 200.0, 300.0), (150.0, 100.0, 250.0, 300.0)
     for _ in range(3):
         tracker.update(_dets((*left, 0.9, PERSON), (*right, 0.4, PERSON)))
@@ -421,11 +421,11 @@ def test_a_neighbour_overlapping_the_object_the_cloud_boxed_is_not_a_duplicate()
 def test_a_camera_the_cloud_is_still_undecided_on_takes_its_new_objects() -> None:
     settings = FusionSettings(min_agreement=0.85, trust_min_checks=10)
     box = _dets((300.0, 50.0, 340.0, 150.0, 0.8, PERSON))
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     tracker.update(Detections.empty())
     undecided = fuse_answer(tracker, 0, box, settings=settings, trust=CloudTrust())
     assert (undecided.trusted, undecided.created) == (False, 1)
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     tracker.update(Detections.empty())
     distrusted = CloudTrust(checked=20, seen=8)  # it missed most of what the edge is sure of
     result = fuse_answer(tracker, 0, box, settings=settings, trust=distrusted)
@@ -437,7 +437,7 @@ def test_a_held_box_whose_score_ran_down_below_the_floor_is_no_longer_reported(
     scale: float,
 ) -> None:
     # The floor applies to the held score (the cloud's evidence), the scale only to the rank.
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
     settings = FusionSettings(
@@ -450,7 +450,7 @@ def test_a_held_box_whose_score_ran_down_below_the_floor_is_no_longer_reported(
 
 
 def test_held_boxes_rank_below_a_fresh_detection_of_the_same_score() -> None:
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON), (300, 300, 340, 380, 0.5, PERSON)))
     settings = FusionSettings(hold_frames=20, held_score_scale=0.25)
@@ -465,7 +465,7 @@ def test_the_clouds_box_fit_corrects_the_tracks_edge_boxes_for_a_while() -> None
         x1, y1, x2, y2 = _moving_box(f)
         return (x1, y1, x2 + 20.0, y2)
 
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*loose(f), 0.9, PERSON)))
     settings = FusionSettings(fit_gain=0.5, fit_frames=3)
@@ -486,7 +486,7 @@ def test_the_clouds_box_fit_corrects_the_tracks_edge_boxes_for_a_while() -> None
 
 
 def test_an_untrusted_cloud_fits_no_box() -> None:
-    tracker = DeepSortTracker(n_init=2)
+    tracker = FusedTracker(n_init=2)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
     settings = FusionSettings(fit_gain=0.5, fit_frames=10, trust_min_checks=1)

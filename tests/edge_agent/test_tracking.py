@@ -17,8 +17,6 @@ from edge_agent.tracking import (
     HistogramEmbedder,
     KalmanFilter,
     NoEmbedder,
-    Track,
-    TrackState,
     cosine_cost,
     iou_cost,
     linear_assignment,
@@ -26,7 +24,6 @@ from edge_agent.tracking import (
     xyah_to_xyxy,
     xyxy_to_xyah,
 )
-from edge_agent.tracking.track import CloudTerms
 
 
 def _dets(boxes: list[list[float]], conf: float | list[float] = 0.9, cls: int = 0) -> Detections:
@@ -479,73 +476,3 @@ def test_camera_tracker_counts_embedded_boxes(policy: str, embedded: int) -> Non
     assert tracker.embedded_boxes == embedded
     assert out.tracker_id.tolist() == [1, 2]
     assert CameraTracker.from_config(config, 0.5).update(image, _dets(boxes)) is not None
-
-
-def _cloud_only_track(tracker: DeepSortTracker) -> Track:
-    """A track started from a cloud box the edge never saw, held for 10 frames."""
-    tracker.update(Detections.empty())
-    track = tracker.spawn_track(np.array([100.0, 50.0, 140.0, 150.0]), 0, tracker.frame_index)
-    track.state = TrackState.CONFIRMED
-    track.cloud_vote(0, 0.9, CloudTerms(hold_frames=10))
-    return track
-
-
-def test_a_track_only_the_cloud_saw_moves_with_the_optical_flow_of_its_box() -> None:
-    tracker = DeepSortTracker(n_init=2)
-    track = _cloud_only_track(tracker)
-    asked: list[list[tuple[float, float, float, float]]] = []
-
-    def follow(boxes: list[tuple[float, float, float, float]]) -> list[tuple[float, float] | None]:
-        asked.append(boxes)
-        return [(6.0, 0.0)] * len(boxes)
-
-    xs = []
-    for _ in range(6):
-        out = tracker.update(Detections.empty(), follow=follow)
-        assert out.tracker_id.tolist() == [track.track_id]  # reported on the cloud's word
-        xs.append(float(out.xyxy[0, 0]))
-    assert len(asked) == 6 and all(len(b) == 1 for b in asked)
-    assert xs[-1] - 100.0 > 20.0  # it went along (6 px a frame), learning the velocity
-    assert track.time_since_update == 6  # following is not seeing: the track still ages
-    assert track.box_at(tracker.frame_index) is not None  # a later answer finds it here
-
-
-@pytest.mark.parametrize(("aging", "expected"), [(0.0, 0.9), (0.5, 0.9 * 0.5**1.5), (1.0, 0.9 / 8)])
-def test_frames_flow_followed_count_their_share_of_the_held_scores_decay(
-    aging: float, expected: float
-) -> None:
-    tracker = DeepSortTracker(n_init=2)
-    tracker.update(Detections.empty())
-    track = tracker.spawn_track(np.array([100.0, 50.0, 140.0, 150.0]), 0, tracker.frame_index)
-    track.state = TrackState.CONFIRMED
-    terms = CloudTerms(hold_frames=20, half_life_frames=1.0, followed_aging=aging)
-    track.cloud_vote(0, 0.9, terms)
-    for _ in range(3):
-        tracker.update(Detections.empty(), follow=lambda boxes: [(2.0, 0.0)] * len(boxes))
-    assert track.time_since_update == 3 and track.followed_frames == 3
-    assert track.held_score == pytest.approx(expected)
-    tracker.update(Detections.empty(), follow=lambda boxes: [None] * len(boxes))  # blind
-    assert track.held_score == pytest.approx(expected / 2)
-    track.seen_by_cloud(1)  # an answer about the last frame: 1 blind frame since
-    assert track.followed_frames <= track.time_since_update == 1
-    assert track.held_score == pytest.approx(0.9 * 0.5 ** (1 - (1 - aging) * track.followed_frames))
-
-
-def test_without_flow_or_once_the_edge_saw_it_a_held_track_coasts_on_its_prediction() -> None:
-    tracker = DeepSortTracker(n_init=2)
-    track = _cloud_only_track(tracker)
-    out = tracker.update(Detections.empty(), follow=lambda boxes: [None] * len(boxes))
-    assert float(out.xyxy[0, 0]) == pytest.approx(100.0)  # no flow found: no velocity yet
-    track.best_score = 0.6  # the edge matched it once: its own detections move it
-    calls: list[int] = []
-    tracker.update(Detections.empty(), follow=lambda boxes: calls.append(len(boxes)) or [])
-    assert calls == []
-
-
-def test_a_held_box_that_left_the_frame_is_no_longer_reported() -> None:
-    tracker = DeepSortTracker(n_init=2)
-    track = _cloud_only_track(tracker)  # a 40 px wide box at x 100-140
-    track.mean[4] = 30.0  # moving right, 30 px a frame
-    sizes = [len(tracker.update(Detections.empty(), frame_size=(200, 200))) for _ in range(4)]
-    assert sizes == [1, 1, 0, 0]  # 130-170 and 160-200 inside; 190-230 is three quarters out
-    assert track.cloud_hold > 0  # still held: only not shown while outside
