@@ -75,7 +75,8 @@ class _Swap:
 
     record: ModelRecord
     rollout: Rollout
-    swapped_s: float
+    swapped_s: float  # the live window starts here
+    baseline_end_s: float  # the old model's window ends here (the warm-up is in neither)
 
 
 class FleetUpdater:
@@ -238,8 +239,7 @@ class FleetUpdater:
     def _tick(self) -> None:
         now = self._clock()
         if now >= self._next_sample_s:
-            self._next_sample_s = now + _SAMPLE_EVERY_S
-            self._evidence.observe(Sample(now, totals_of(self.agent)))
+            now = self._sample()
             if self._swap is not None:
                 self._evaluate(now)
         if self._retry_at is not None and now >= self._retry_at:
@@ -247,6 +247,13 @@ class FleetUpdater:
             self._reconcile()
         if now >= self._next_status_s:
             self._publish_status()
+
+    def _sample(self) -> float:
+        """Take a sample of the live totals now; its time."""
+        now = self._clock()
+        self._next_sample_s = now + _SAMPLE_EVERY_S
+        self._evidence.observe(Sample(now, totals_of(self.agent)))
+        return now
 
     def _on_rollout(self, topic: str, payload: bytes) -> None:
         group = next(
@@ -395,11 +402,12 @@ class FleetUpdater:
         trial = Trial(model=record, rollout_id=rollout.rollout_id, started_at=iso_utc(time.time()))
         self._save(self.state.model_copy(update={"trial": trial, "attempts": attempts}))
         self._set("warming", f"loading and warming {record}")
+        before = self._sample()  # the download may have held up the updater's samples
         if not self._reload(detector_for(self.own_detector, record), record, "swap to"):
             self._save(self.state.model_copy(update={"trial": None}))
             return
-        now = self._clock()
-        self._swap = _Swap(record, rollout, now)
+        now = self._sample()
+        self._swap = _Swap(record, rollout, now, before)
         self._count("swapped")
         self._show_model()
         took = now - started
@@ -442,7 +450,9 @@ class FleetUpdater:
             self._reject_trial(swap, "the new detector failed on live frames", "failed", None)
             return
         settings = self.settings.evidence
-        baseline = self._evidence.window(swap.swapped_s - settings.window_s, swap.swapped_s)
+        baseline = self._evidence.window(
+            swap.baseline_end_s - settings.window_s, swap.baseline_end_s
+        )
         live = self._evidence.window(swap.swapped_s, now)
         if live is None:
             return
