@@ -35,6 +35,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from bench.fleet_boxes import fleet_table, run_fleet
 from detection.config import DetectorConfig
 from detection.detector import Detector
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
@@ -172,9 +173,22 @@ def main() -> int:
     """Run the bench; print the table and write the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs per model (1..50)")
+    parser.add_argument(
+        "--boxes",
+        type=int,
+        default=8,
+        help="agent processes for the fleet-wide rollout (0..16; 0: skip)",
+    )
+    parser.add_argument(
+        "--box-fps", type=float, default=2.0, help="frames/s each box analyses (0.5..10)"
+    )
     args = parser.parse_args()
     if not 1 <= args.repeats <= 50:
         parser.error("--repeats must be 1..50")
+    if not 0 <= args.boxes <= 16:
+        parser.error("--boxes must be 0..16")
+    if not 0.5 <= args.box_fps <= 10:
+        parser.error("--box-fps must be 0.5..10")
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         work = Path(tmp)
         public = generate_key(work / "bench.pem")
@@ -199,29 +213,61 @@ def main() -> int:
                 )
                 for label, file, _ in MODELS
             ]
+            fleet_rows = (
+                run_fleet(
+                    work, store, signer, server.url, pki.ca_cert, boxes=args.boxes,
+                    target_fps=args.box_fps,
+                )
+                if args.boxes
+                else []
+            )  # fmt: skip
         finally:
             server.stop()
     text = table(rows)
     print(text)
+    fleet_text = ""
+    if fleet_rows:
+        fleet_text = fleet_table(fleet_rows)
+        print()
+        print(fleet_text)
+    command = (
+        f"python -m bench.fleet_rollout --repeats {args.repeats} --boxes {args.boxes} "
+        f"--box-fps {args.box_fps:g}"
+    )
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "fleet_rollout.json").write_text(
         json.dumps(
             {
-                "command": f"python -m bench.fleet_rollout --repeats {args.repeats}",
+                "command": command,
                 "machine": machine,
                 "store": "nginx over HTTPS on loopback (testbed.static_store)",
                 "sizes": [asdict(row) for row in rows],
+                "fleet": {
+                    "boxes": args.boxes,
+                    "box_fps": args.box_fps,
+                    "rollouts": [asdict(row) for row in fleet_rows],
+                },
             },
             indent=1,
         )
         + "\n"
     )
+    fleet_section = (
+        f"\n## Fleet-wide rollout: {args.boxes} agent processes\n\n"
+        f"Each box a real `edge-agent run` at {args.box_fps:g} frames/s, one camera, `fleet:` on; "
+        "seconds from publishing the rollout (stage `all`) to each box's retained status "
+        "reporting the model running, and the boxes' own download + warm-up + swap time "
+        "(their `swapped` events).\n\n"
+        f"{fleet_text}\n"
+        if fleet_rows
+        else ""
+    )
     (RESULTS / "fleet_rollout.md").write_text(
         f"# Fleet rollout: download + verify + warm-up per model size\n\n"
-        f"`python -m bench.fleet_rollout --repeats {args.repeats}` on {machine}; medians of "
+        f"`{command}` on {machine}; medians of "
         f"{args.repeats} runs, each into an empty cache, from nginx over HTTPS on loopback.\n\n"
-        f"{text}\n"
+        f"{text}\n{fleet_section}"
     )
     return 0
 
