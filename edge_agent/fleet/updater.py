@@ -537,7 +537,7 @@ class FleetUpdater:
 
     def _refuse(self, ref: ModelRef | None, reason: str) -> None:
         """One log line, one event, a count; the digest is never tried again."""
-        logger.error("fleet: %s; nothing loaded", reason)
+        logger.error("fleet: %s%s", reason, "" if "nothing loaded" in reason else "; nothing loaded")
         if ref is not None and ref.sha256 not in self.state.rejected:
             rejected = (*self.state.rejected, ref.sha256)[-_MAX_REJECTED:]
             self._save(self.state.model_copy(update={"rejected": rejected, "pending": None}))

@@ -67,6 +67,10 @@ function field(card, name) { return card.querySelector('[data-field="' + name + 
 function setText(element, text) { if (element.textContent !== text) element.textContent = text; }
 function count(value) { return typeof value === "number" ? String(value) : "\\u2013"; }
 function text(value) { return typeof value === "string" ? value : "\\u2013"; }
+function modelText(m) {
+  return m && typeof m.name === "string" && typeof m.version === "string"
+    ? m.name + ":" + m.version : "\\u2013";
+}
 function link(value) {
   return typeof value === "string" && /^(https?:\\/\\/|\\/(?!\\/))/.test(value) ? value : null;
 }
@@ -89,6 +93,7 @@ function updateCamera(card, camera) {
   setText(field(card, "dropped"), count(s.frames_dropped));
   setText(field(card, "reconnects"), count(s.reconnects));
   setText(field(card, "cloud"), text(s.cloud));
+  setText(field(card, "model"), modelText(s.model));
   const error = field(card, "error");
   error.hidden = !s.last_error;
   setText(error, s.last_error ? "last error: " + s.last_error : "");
@@ -205,6 +210,14 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else _DASH
 
 
+def _model_text(value: object) -> str:
+    """`name:version` of a status document's `model` (the fleet's names where it manages it)."""
+    if not isinstance(value, Mapping):
+        return _DASH
+    name, version = value.get("name"), value.get("version")
+    return f"{name}:{version}" if isinstance(name, str) and isinstance(version, str) else _DASH
+
+
 def _count(value: object) -> str:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else _DASH
 
@@ -255,6 +268,7 @@ def _camera(camera: Mapping[str, object]) -> str:
         ("dropped", "dropped", _count(status.get("frames_dropped"))),
         ("reconnects", "reconnects", _count(status.get("reconnects"))),
         ("cloud", "cloud", _text(status.get("cloud"))),
+        ("model", "model", _model_text(status.get("model"))),
     ]
     fields = "".join(
         f'<div><dt>{label}</dt><dd data-field="{key}">{_e(value)}</dd></div>'

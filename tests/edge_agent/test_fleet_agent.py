@@ -311,3 +311,23 @@ def test_detector_for_keeps_the_config_settings(tmp_path: Path) -> None:
     assert swapped.confidence_threshold == detector.confidence_threshold
     assert detector_for(detector, None) is detector
     assert os.fspath(_model_path(detector)) == os.fspath(own)
+
+
+# ---- the status page --------------------------------------------------------------------------
+
+
+def test_the_status_page_shows_the_model_each_camera_runs() -> None:
+    from edge_agent.web.page import render_page
+
+    model = {"name": "edge", "version": "2", "runtime": "onnxruntime", "sha256": "a" * 64}
+    report = {
+        "agent": "box-1",
+        "cameras": [
+            {"name": "dock", "status": {"state": "streaming", "model": model}, "frame": None},
+            {"name": "gate", "status": {"state": "streaming", "model": "junk"}, "frame": None},
+        ],
+        "events": [],
+    }
+    page = render_page(report)
+    assert '<dt>model</dt><dd data-field="model">edge:2</dd>' in page
+    assert '<dd data-field="model">\u2013</dd>' in page  # not a model document: a dash
