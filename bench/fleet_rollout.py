@@ -189,6 +189,7 @@ def main() -> int:
         parser.error("--boxes must be 0..16")
     if not 0.5 <= args.box_fps <= 10:
         parser.error("--box-fps must be 0.5..10")
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         work = Path(tmp)
         public = generate_key(work / "bench.pem")
@@ -234,7 +235,10 @@ def main() -> int:
         f"python -m bench.fleet_rollout --repeats {args.repeats} --boxes {args.boxes} "
         f"--box-fps {args.box_fps:g}"
     )
-    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after"
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "fleet_rollout.json").write_text(
         json.dumps(

@@ -41,7 +41,13 @@ from fleet.rollout import (
     status_filter,
 )
 from fleet.signing import KeyLoadError, SignatureError, Signer, Verifier, generate_key, key_id
-from fleet.status import AgentStatus, fleet_rows, parse_status, render_table
+from fleet.status import (
+    AgentStatus,
+    availability_filter,
+    fleet_rows,
+    parse_status,
+    render_table,
+)
 from fleet.store import DirectoryStore, StoreError
 
 logger = logging.getLogger(__name__)
@@ -343,7 +349,13 @@ def cmd_list(args: argparse.Namespace) -> int:
                 logger.warning("%s: %s", topic, error)
                 continue
             rollouts[rollout.group] = rollout
-    rows = fleet_rows(list(statuses.values()), rollouts)
+        availability = {
+            topic.split("/")[-2]: payload.decode("utf-8", "replace").strip()
+            for topic, payload in link.read_retained(
+                availability_filter(args.prefix), args.wait_s
+            ).items()
+        }
+    rows = fleet_rows(list(statuses.values()), rollouts, availability)
     if args.json:
         print(json.dumps([row.__dict__ for row in rows], indent=1))
         return 0

@@ -19,9 +19,26 @@ from fleet.manifest import ManifestError
 from fleet.names import NAME_PATTERN, SHA256_PATTERN
 from fleet.rollout import Rollout, desired
 
-__all__ = ["AgentStatus", "FleetRow", "ModelId", "fleet_rows", "parse_status", "render_table"]
+__all__ = [
+    "AgentStatus",
+    "FleetRow",
+    "ModelId",
+    "availability_filter",
+    "fleet_rows",
+    "parse_status",
+    "render_table",
+]
 
 _MAX_STATUS_BYTES: Final = 64 * 1024
+
+
+def availability_filter(prefix: str) -> str:
+    """The agents' retained `online` / `offline` topics (their Last Will), every agent.
+
+    The agent's MQTT contract (`edge_agent.alerts.payload.availability_topic`), repeated here
+    because `fleet` does not import the agent.
+    """
+    return f"{prefix}/+/availability"
 
 
 class ModelId(BaseModel):
@@ -75,6 +92,7 @@ class FleetRow:
 
     agent: str
     site: str
+    online: str  # `yes`, `no` (its Last Will said offline), `?` (never said)
     cameras: str
     desired: str
     state: str
@@ -95,8 +113,15 @@ def _wanted(status: AgentStatus, rollouts: Mapping[str, Rollout]) -> tuple[str, 
     return None
 
 
-def fleet_rows(statuses: Sequence[AgentStatus], rollouts: Mapping[str, Rollout]) -> list[FleetRow]:
+def fleet_rows(
+    statuses: Sequence[AgentStatus],
+    rollouts: Mapping[str, Rollout],
+    availability: Mapping[str, str] | None = None,
+) -> list[FleetRow]:
     """The operator's view of each agent, sorted by site and agent.
+
+    `availability`: agent id -> the payload of its retained availability topic (`online`,
+    `offline`). A box that is offline keeps its last status; it catches up when it returns.
 
     Behind: a rollout (or the agent's own `desired`) names a model the agent does not run yet
     and has not rejected. Rolled back: the agent's state says so, or it rejected the model a
@@ -121,6 +146,7 @@ def fleet_rows(statuses: Sequence[AgentStatus], rollouts: Mapping[str, Rollout])
             FleetRow(
                 agent=status.agent_id,
                 site=status.site or "-",
+                online=_online((availability or {}).get(status.agent_id)),
                 cameras=cameras,
                 desired=wanted[1] if wanted is not None else "-",
                 state=status.state,
@@ -132,13 +158,35 @@ def fleet_rows(statuses: Sequence[AgentStatus], rollouts: Mapping[str, Rollout])
     return rows
 
 
-_HEADERS: Final = ("agent", "site", "model per camera", "desired", "state", "behind", "rolled back")
+def _online(payload: str | None) -> str:
+    return {"online": "yes", "offline": "no"}.get(payload or "", "?")
+
+
+_HEADERS: Final = (
+    "agent",
+    "site",
+    "online",
+    "model per camera",
+    "desired",
+    "state",
+    "behind",
+    "rolled back",
+)
 
 
 def render_table(rows: Sequence[FleetRow]) -> str:
     """A plain-text table of `rows` (columns padded to their widest cell)."""
     cells = [
-        (r.agent, r.site, r.cameras, r.desired, r.state, _yes(r.behind), _yes(r.rolled_back))
+        (
+            r.agent,
+            r.site,
+            r.online,
+            r.cameras,
+            r.desired,
+            r.state,
+            _yes(r.behind),
+            _yes(r.rolled_back),
+        )
         for r in rows
     ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(_HEADERS)]

@@ -287,6 +287,8 @@ def test_list_reads_the_retained_status_documents(
     for agent, fields in statuses.items():
         _publish(mosquitto_broker, status_topic(PREFIX, agent), _status(agent, **fields))
     _publish(mosquitto_broker, status_topic(PREFIX, "broken"), b"not json")
+    _publish(mosquitto_broker, f"{PREFIX}/box-1/availability", b"online")
+    _publish(mosquitto_broker, f"{PREFIX}/box-3/availability", b"offline")
 
     listed = fleet("list", *broker_args(mosquitto_broker))
     assert listed.returncode == 0, listed.stderr
@@ -301,6 +303,7 @@ def test_list_reads_the_retained_status_documents(
     assert (table["box-1"]["behind"], table["box-1"]["rolled_back"]) == (False, False)
     assert (table["box-2"]["behind"], table["box-2"]["desired"]) == (False, "-")  # not canary
     assert (table["box-3"]["behind"], table["box-3"]["rolled_back"]) == (False, True)
+    assert [table[b]["online"] for b in ("box-1", "box-2", "box-3")] == ["yes", "?", "no"]
     assert table["box-3"]["state"] == "rolled_back"
     assert "not a status document" in as_json.stderr  # the broken one, logged and skipped
 

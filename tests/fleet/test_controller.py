@@ -86,16 +86,18 @@ def test_fleet_rows_and_table() -> None:
             _status("c", site="s0", model=OLD, state="rolled_back", rejected=[NEW["sha256"]]),
         ],
         {"default": rollout},
+        {"a": "online", "c": "offline"},
     )
-    assert [(r.agent, r.behind, r.rolled_back) for r in rows] == [
-        ("c", False, True),
-        ("a", False, False),
-        ("b", True, False),
+    assert [(r.agent, r.online, r.behind, r.rolled_back) for r in rows] == [
+        ("c", "no", False, True),
+        ("a", "yes", False, False),
+        ("b", "?", True, False),
     ]
     table = render_table(rows).splitlines()
     assert table[0].split() == [
         "agent",
         "site",
+        "online",
         "model",
         "per",
         "camera",
@@ -105,7 +107,7 @@ def test_fleet_rows_and_table() -> None:
         "rolled",
         "back",
     ]
-    assert table[4].split() == ["b", "s1", "gate=det:1", "det:2", "idle", "yes", "no"]
+    assert table[4].split() == ["b", "s1", "?", "gate=det:1", "det:2", "idle", "yes", "no"]
 
 
 @pytest.mark.parametrize(
