@@ -48,7 +48,7 @@ from edge_agent.config.motion import MotionConfig
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.detect_command import read_frames
 from edge_agent.escalation import (
-    EscalationDecider,
+    EscalationPolicy,
     build_frame_request,
     payload_bytes,
     payload_pixels,
@@ -680,13 +680,13 @@ def simulate(
         raise ValueError("a hybrid variant needs CloudAnswers (or oracle=True)")
     config = variant.escalation
     clock = SimClock()
-    decider = EscalationDecider(config, clock) if variant.mode == "hybrid" else None
+    policy = EscalationPolicy.from_config(config, clock) if variant.mode == "hybrid" else None
     pipeline = CameraPipeline(
         sim_camera(data),
         CameraTracker.from_config(data.tracker, data.detector_threshold, NoEmbedder()),
         data.class_names,
         fusion=fusion_settings(config, data.fps),
-        escalator=decider,
+        escalator=policy,
         focus=config.focus if variant.mode == "hybrid" else None,
         clock=lambda: SCENE_START_S + clock.now_s,
     )
@@ -700,8 +700,8 @@ def simulate(
         started = time.perf_counter()
         while in_flight and in_flight[0].due_frame <= index:  # as `EdgeAgent._fuse_answers`
             answer = in_flight.pop(0)
-            assert decider is not None  # noqa: S101 (only hybrid runs send)
-            decider.observe_answer(rtt_s=rtt_s)
+            assert policy is not None  # noqa: S101 (only hybrid runs send)
+            policy.observe_answer(rtt_s=rtt_s)
             before = {t.track_id for t in pipeline.tracker.tracker.tracks}
             pipeline.fuse(answer.frame_id, answer.cloud)
             run.created_ids.update({t.track_id for t in pipeline.tracker.tracker.tracks} - before)
@@ -737,7 +737,7 @@ def simulate(
             continue
         if decision is None or not decision.send:
             continue
-        assert decider is not None  # noqa: S101 (a decision comes from it)
+        assert policy is not None  # noqa: S101 (a decision comes from it)
         started = time.perf_counter()
         video = None
         if decision.mode == "frame":  # the agent's stage: whole frames go as video packets
@@ -756,7 +756,7 @@ def simulate(
         run.encode_ms.append((time.perf_counter() - started) * 1000.0)
         run.keyframes += int(video is not None and video.keyframe)
         n_bytes = payload_bytes(request)
-        decider.record_encoded(CAMERA, decision, n_bytes, payload_pixels(request))
+        policy.record_encoded(CAMERA, decision, n_bytes, payload_pixels(request))
         run.sent += 1
         run.sent_frames.append(index)
         run.sent_regions += int(decision.mode == "regions")

@@ -220,7 +220,7 @@ class Agent:
             connection=CloudConnectionConfig(send_queue_frames=64, reconnect_min_backoff_ms=100),
         )
         self.ledger = ledger
-        self.budget = EscalationBudget(self.config, time.monotonic())
+        self.budget = EscalationBudget.from_config(self.config, time.monotonic())
         self.multipliers: list[tuple[float, float]] = []
         self._budget_lock = threading.Lock()
         self.client = EscalationClient(self.config, self.name, on_result=self._on_result)

@@ -12,7 +12,6 @@ from edge_agent.escalation.client import (
     EscalationClientError,
     EscalationResult,
 )
-from edge_agent.escalation.decider import EscalationDecider
 from edge_agent.escalation.encode import (
     build_frame_request,
     encode_jpeg,
@@ -32,7 +31,6 @@ __all__ = [
     "EscalationBudget",
     "EscalationClient",
     "EscalationClientError",
-    "EscalationDecider",
     "EscalationDecision",
     "EscalationPolicy",
     "EscalationResult",

@@ -108,6 +108,14 @@ class BudgetStats:
     rate_multiplier: float
 
 
+@dataclass(frozen=True)
+class Rates:
+    """A budget's refill rates: frames and bytes per second."""
+
+    frames_per_s: float
+    bytes_per_s: float
+
+
 @dataclass
 class _CameraBuckets:
     frames: TokenBucket
@@ -121,31 +129,45 @@ class EscalationBudget:
     scaled by the AIMD multiplier that `observe` drives from the cloud's answers.
     """
 
-    def __init__(self, config: EscalationConfig, now: float) -> None:
-        self._config = config
-        self._backoff = AimdBackoff(config.backoff, now)
-        self._agent = self._buckets(
-            config.per_agent_frames_per_s, config.per_agent_bytes_per_s, now
-        )
+    def __init__(
+        self,
+        backoff: EscalationBackoffConfig,
+        camera_rates: Rates,
+        agent_rates: Rates,
+        burst_s: float,
+        now: float,
+    ) -> None:
+        self._backoff = AimdBackoff(backoff, now)
+        self._camera_rates = camera_rates
+        self._burst_s = burst_s
+        self._agent = self._buckets(agent_rates, now)
         self._cameras: dict[str, _CameraBuckets] = {}
         self._granted = 0
         self._refused_camera = 0
         self._refused_agent = 0
 
-    def _buckets(self, frames_per_s: float, bytes_per_s: float, now: float) -> _CameraBuckets:
-        burst = self._config.burst_s
+    @classmethod
+    def from_config(cls, config: EscalationConfig, now: float) -> EscalationBudget:
+        """The budget of the `escalation:` settings (its rates, burst and back-off)."""
+        return cls(
+            config.backoff,
+            Rates(config.per_camera_frames_per_s, config.per_camera_bytes_per_s),
+            Rates(config.per_agent_frames_per_s, config.per_agent_bytes_per_s),
+            config.burst_s,
+            now,
+        )
+
+    def _buckets(self, rates: Rates, now: float) -> _CameraBuckets:
+        burst = self._burst_s
         return _CameraBuckets(
-            frames=TokenBucket(frames_per_s, max(1.0, frames_per_s * burst), now),
-            bytes=TokenBucket(bytes_per_s, bytes_per_s * burst, now),
+            frames=TokenBucket(rates.frames_per_s, max(1.0, rates.frames_per_s * burst), now),
+            bytes=TokenBucket(rates.bytes_per_s, rates.bytes_per_s * burst, now),
         )
 
     def _camera(self, camera: str, now: float) -> _CameraBuckets:
         buckets = self._cameras.get(camera)
         if buckets is None:
-            config = self._config
-            buckets = self._buckets(
-                config.per_camera_frames_per_s, config.per_camera_bytes_per_s, now
-            )
+            buckets = self._buckets(self._camera_rates, now)
             self._cameras[camera] = buckets
         return buckets
 

@@ -1,13 +1,15 @@
 """Escalation policy: score how hard a processed frame is and decide whether, and how, to send it.
 
-Pure: no clocks, no I/O. The caller passes `now` (monotonic seconds) and owns the encoding.
+Pure: no I/O, time from an injected clock (or `now` from the caller). The caller owns the
+encoding and reports its real size (`record_encoded`) and the cloud's answers (`observe_answer`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -299,21 +301,53 @@ class _CameraState:
 
 
 class EscalationPolicy:
-    """Scores frames, picks frame or region mode, and spends the budget for the ones it sends.
+    """Scores frames, picks frame or region mode, and spends the budget for the ones it sends,
+    on `clock` (monotonic seconds; injected in simulations and tests).
 
     One policy per agent (the budget is per agent and per camera). A camera's refresh clock
-    starts the first time one of its frames is decided on.
+    starts the first time one of its frames is decided on. It reads the signal weights and
+    thresholds (`signals`), the region settings (`regions`) and `refresh_interval_s`; `config`
+    is kept for the pipeline, which computes the frame signals it decides on with it
+    (`FrameSignals.from_frame`, the `Escalator` protocol).
     """
 
-    def __init__(self, config: EscalationConfig, budget: EscalationBudget) -> None:
-        self._config = config
+    def __init__(
+        self,
+        config: EscalationConfig,
+        budget: EscalationBudget,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._signals = config.signals
+        self._regions = config.regions
+        self._refresh_interval_s = config.refresh_interval_s
+        self.config = config
         self.budget = budget
+        self._clock = clock
         self._cameras: dict[str, _CameraState] = {}
+
+    @classmethod
+    def from_config(
+        cls, config: EscalationConfig, clock: Callable[[], float] = time.monotonic
+    ) -> EscalationPolicy:
+        """The policy of the `escalation:` settings with its budget, on `clock`."""
+        return cls(config, EscalationBudget.from_config(config, clock()), clock)
+
+    def observe_answer(
+        self,
+        *,
+        rtt_s: float | None = None,
+        queue_time_ms: float | None = None,
+        overloaded: bool = False,
+    ) -> None:
+        """One answer (or failure) came back now: feeds the budget's back-off."""
+        self.budget.observe(
+            self._clock(), rtt_s=rtt_s, queue_time_ms=queue_time_ms, overloaded=overloaded
+        )
 
     def score(self, signals: FrameSignals) -> tuple[float, tuple[str, ...]]:
         """The weighted score of a frame's signals and the names of the signals that scored."""
-        weights = self._config.signals.weights
-        cap = self._config.signals.max_count_per_signal
+        weights = self._signals.weights
+        cap = self._signals.max_count_per_signal
         counts = {
             "uncertain": len(signals.uncertain),
             "small_object": len(signals.small_objects),
@@ -334,24 +368,26 @@ class EscalationPolicy:
 
     def _motion_without_detections(self, signals: FrameSignals) -> bool:
         motion = signals.motion_score
-        threshold = self._config.signals.motion_threshold
+        threshold = self._signals.motion_threshold
         return signals.detection_count == 0 and motion is not None and motion >= threshold
 
     def decide(
         self,
         signals: FrameSignals,
         camera: str,
-        now: float,
+        now: float | None = None,
         estimated_bytes: int | None = None,
     ) -> EscalationDecision:
-        """Decide on one frame of `camera` at `now`; a send is charged to the budget.
+        """Decide on one frame of `camera` at `now` (default: the clock's now); a send is
+        charged to the budget.
 
         `estimated_bytes` overrides the policy's own estimate of the encoded size.
         """
+        now = self._clock() if now is None else now
         state = self._cameras.setdefault(camera, _CameraState(last_sent=now))
         score, reasons = self.score(signals)
-        hard = score >= self._config.signals.score_threshold
-        interval = self._config.refresh_interval_s
+        hard = score >= self._signals.score_threshold
+        interval = self._refresh_interval_s
         if interval > 0.0 and now - state.last_sent >= interval:
             reasons = (*reasons, "refresh")
             hard = True
@@ -362,7 +398,7 @@ class EscalationPolicy:
             return EscalationDecision(
                 send=False, score=score, reasons=reasons, refused_by_budget=True
             )
-        mode, regions = self._mode(signals, reasons, crops=self._config.regions.enabled)
+        mode, regions = self._mode(signals, reasons, crops=self._regions.enabled)
         if estimated_bytes is None:
             estimated_bytes = self._estimate_bytes(state, signals, mode, regions)
             if mode == "frame" and self._bytes_short(camera, estimated_bytes, now):
@@ -386,7 +422,7 @@ class EscalationPolicy:
     def _bytes_short(self, camera: str, frame_bytes: int, now: float) -> bool:
         """Whole frames are preferred (crops off) but the byte budget cannot pay for this one:
         crops may (`regions.crops_when_bytes_short`)."""
-        config = self._config.regions
+        config = self._regions
         return (
             not config.enabled
             and config.crops_when_bytes_short
@@ -398,7 +434,7 @@ class EscalationPolicy:
     ) -> tuple[Mode, tuple[Box, ...]]:
         """Region mode (where `crops`) when only box signals fired and their padded crops are
         few and small."""
-        config = self._config.regions
+        config = self._regions
         if not crops or any(r in FRAME_SIGNALS for r in reasons):
             return "frame", ()
         boxes = [box for name in reasons for box in self._signal_boxes(signals, name)]

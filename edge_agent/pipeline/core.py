@@ -67,7 +67,7 @@ class Escalator(Protocol):
     """Decides whether an analysed frame goes to the cloud, spending the budget when it does.
 
     `EscalationStage` (the agent's: thread-safe, None while the cloud is unreachable) and
-    `EscalationDecider` (the policy on an injected clock) implement it.
+    `EscalationPolicy` (on an injected clock) implement it.
     """
 
     @property

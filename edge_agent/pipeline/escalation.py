@@ -1,11 +1,11 @@
 """`EscalationStage`: hard frames from the frame loop to the cloud, without ever waiting for it.
 
 Each camera's pipeline calls `decide` on its analysed frames: the policy scores a frame and
-spends the budget (fast, pure: `EscalationDecider`). The frame loop `submit`s a frame to send to
-a small queue; an encoder thread makes the JPEG and
-hands the request to the `EscalationClient`, whose own thread talks gRPC. The loop collects the
-answers with `poll` and passes them to fusion. With the cloud unreachable nothing is decided or
-encoded at all, and the agent goes on alone (the client reconnects in the background).
+spends the budget (fast, pure: `EscalationPolicy` on the stage's clock). The frame loop
+`submit`s a frame to send to a small queue; an encoder thread makes the JPEG and hands the
+request to the `EscalationClient`, whose own thread talks gRPC. The loop collects the answers
+with `poll` and passes them to fusion. With the cloud unreachable nothing is decided or encoded
+at all, and the agent goes on alone (the client reconnects in the background).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from edge_agent.config.escalation import EscalationConfig
 from edge_agent.escalation import (
     EscalationClient,
     EscalationDecision,
+    EscalationPolicy,
     EscalationResult,
     FrameSignals,
     payload_bytes,
@@ -32,7 +33,6 @@ from edge_agent.escalation import (
     request_for_decision,
 )
 from edge_agent.escalation.deadline import DeadlineWatch
-from edge_agent.escalation.decider import EscalationDecider
 from edge_agent.escalation.encode import BgrImage, encode_jpeg
 from edge_agent.escalation.uplink import CameraUplinks, EncodedPacket
 from edge_agent.labels import LabelStore
@@ -82,7 +82,7 @@ class EscalationStage:
         self.agent_id = agent_id
         self.client = client
         self.metrics = metrics
-        self.decider = EscalationDecider(config, clock)
+        self.policy = EscalationPolicy.from_config(config, clock)
         self.deadlines = DeadlineWatch(config.deadline_ms)  # answers expiring: say so
         self.counters = EscalationCounters()
         self._clock = clock
@@ -128,7 +128,7 @@ class EscalationStage:
             if not self.client.connected:
                 self.counters.offline += 1
                 return None
-            decision = self.decider.decide(signals, camera)
+            decision = self.policy.decide(signals, camera)
             if decision.reasons:
                 self.counters.hard += 1
             if decision.refused_by_budget:
@@ -154,7 +154,7 @@ class EscalationStage:
         results = self.client.poll_results()
         with self._lock:
             for result in results:
-                self.decider.observe_answer(
+                self.policy.observe_answer(
                     rtt_s=result.rtt_s,
                     queue_time_ms=result.queue_time_ms,
                     overloaded=result.overloaded,
@@ -256,7 +256,7 @@ class EscalationStage:
                 self.counters.bytes_sent += n_bytes
             else:
                 self.counters.dropped_busy += 1
-            self.decider.record_encoded(job.camera, job.decision, n_bytes, payload_pixels(request))
+            self.policy.record_encoded(job.camera, job.decision, n_bytes, payload_pixels(request))
         self._observe(job.camera, "sent" if sent else "failed")
         if sent and self.metrics is not None:
             self.metrics.observe_escalation_bytes(job.camera, job.decision.mode, n_bytes)

@@ -59,7 +59,7 @@ def test_token_bucket_rejects_bad_arguments(rate: float, capacity: float) -> Non
 
 
 def test_camera_budget_limits_frames_per_camera() -> None:
-    budget = EscalationBudget(_config(), now=0.0)
+    budget = EscalationBudget.from_config(_config(), now=0.0)
     # burst 1 s at 2 frames/s: two frames at once, then one every 0.5 s.
     assert [budget.try_acquire("a", 1_000, 0.0) for _ in range(3)] == [True, True, False]
     assert budget.try_acquire("a", 1_000, 0.25) is False
@@ -68,7 +68,7 @@ def test_camera_budget_limits_frames_per_camera() -> None:
 
 
 def test_agent_budget_is_shared_by_cameras() -> None:
-    budget = EscalationBudget(_config(), now=0.0)
+    budget = EscalationBudget.from_config(_config(), now=0.0)
     grants = [budget.try_acquire(camera, 1_000, 0.0) for camera in ("a", "a", "b", "b", "c")]
     # 3 frames/s agent-wide with a 1 s burst: the fourth and fifth frames are refused.
     assert grants == [True, True, True, False, False]
@@ -76,7 +76,7 @@ def test_agent_budget_is_shared_by_cameras() -> None:
 
 
 def test_refusal_consumes_nothing() -> None:
-    budget = EscalationBudget(_config(per_agent_frames_per_s=2.0), now=0.0)
+    budget = EscalationBudget.from_config(_config(per_agent_frames_per_s=2.0), now=0.0)
     assert budget.try_acquire("a", 1_000, 0.0)
     assert budget.try_acquire("a", 1_000, 0.0)
     # Camera "b" is allowed by its own bucket but not by the agent's: its bucket stays full.
@@ -86,14 +86,14 @@ def test_refusal_consumes_nothing() -> None:
 
 
 def test_bytes_budget() -> None:
-    budget = EscalationBudget(_config(), now=0.0)
+    budget = EscalationBudget.from_config(_config(), now=0.0)
     assert budget.try_acquire("a", 60_000, 0.0)
     assert not budget.try_acquire("a", 60_000, 0.0)  # 100 kB/s, 1 s burst
     assert budget.try_acquire("a", 60_000, 0.2)  # 40 kB left + 20 kB earned
 
 
 def test_adjust_bytes_corrects_an_estimate() -> None:
-    budget = EscalationBudget(_config(), now=0.0)
+    budget = EscalationBudget.from_config(_config(), now=0.0)
     assert budget.try_acquire("a", 10_000, 0.0)
     budget.adjust_bytes("a", 80_000)  # the real JPEG was 90 kB
     assert not budget.try_acquire("a", 20_000, 0.0)
@@ -156,7 +156,7 @@ def test_budget_backs_off_on_slow_answers_and_recovers() -> None:
         per_agent_frames_per_s=10.0,
         backoff=_backoff_config(min_rate_fraction=0.1, recover_per_s=0.09, hold_ms=0).model_dump(),
     )
-    budget = EscalationBudget(config, now=0.0)
+    budget = EscalationBudget.from_config(config, now=0.0)
     budget.observe(0.0, rtt_s=0.05, queue_time_ms=5.0)
     assert budget.rate_multiplier(0.0) == 1.0
     for _ in range(4):
@@ -171,13 +171,13 @@ def test_budget_backs_off_on_slow_answers_and_recovers() -> None:
 
 
 def test_overloaded_answer_backs_off() -> None:
-    budget = EscalationBudget(_config(), now=0.0)
+    budget = EscalationBudget.from_config(_config(), now=0.0)
     budget.observe(1.0, overloaded=True)
     assert budget.rate_multiplier(1.0) == pytest.approx(0.5)
 
 
 def test_a_frame_is_refused_early_only_for_want_of_frame_tokens() -> None:
-    budget = EscalationBudget(_config(), now=0.0)
+    budget = EscalationBudget.from_config(_config(), now=0.0)
     assert not budget.refuses_frame("a", 0.0)  # a check, not a grant: nothing taken
     assert [budget.try_acquire("a", 1_000, 0.0) for _ in range(2)] == [True, True]
     assert budget.refuses_frame("a", 0.0)

@@ -10,7 +10,6 @@ import pytest
 
 from detection.detections import Detections
 from edge_agent.config.escalation import EscalationConfig
-from edge_agent.escalation.budget import EscalationBudget
 from edge_agent.escalation.policy import EscalationDecision, EscalationPolicy, FrameSignals
 from edge_agent.escalation.roi import Box, iou, merge_overlapping, pad_box, regions_for
 from edge_agent.tracking.fused_tracker import FusedTracker
@@ -48,7 +47,7 @@ def _config(**fields: object) -> EscalationConfig:
 
 def _policy(config: EscalationConfig | None = None) -> EscalationPolicy:
     config = config or _config()
-    return EscalationPolicy(config, EscalationBudget(config, now=0.0))
+    return EscalationPolicy.from_config(config, clock=lambda: 0.0)
 
 
 def _detections(boxes: list[Box], scores: list[float]) -> Detections:

@@ -10,7 +10,6 @@ import pytest
 
 from detection.detections import Detections
 from edge_agent.config.escalation import EscalationConfig, VerificationMemoryConfig
-from edge_agent.escalation.budget import EscalationBudget
 from edge_agent.escalation.policy import EscalationPolicy, FrameSignals
 from edge_agent.escalation.verification import VerificationMemory
 
@@ -152,7 +151,7 @@ def _frame(tracks: list[Track], scores: list[float], ids: list[int]) -> Detectio
 def test_a_busy_settled_frame_is_not_hard_and_a_new_doubt_is() -> None:
     """Two overlapping people in the uncertain band: hard until the cloud verified them."""
     config = EscalationConfig.model_validate({"refresh_interval_s": 0.0})
-    policy = EscalationPolicy(config, EscalationBudget(config, now=0.0))
+    policy = EscalationPolicy.from_config(config, clock=lambda: 0.0)
     a, b = Track(1, A), Track(2, (110.0, 100.0, 150.0, 200.0))
     detections = _frame([a, b], [0.5, 0.5], [1, 2])
     before = FrameSignals.from_frame(detections, [a, b], 640, 480, config)

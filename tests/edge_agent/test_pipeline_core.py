@@ -13,7 +13,7 @@ from detection.detections import Detections
 from edge_agent.capture.frames import CapturedFrame
 from edge_agent.config import CameraConfig, EdgeAgentConfig, EscalationConfig
 from edge_agent.config.tracker import TrackerConfig
-from edge_agent.escalation import EscalationDecider, EscalationDecision, FrameSignals
+from edge_agent.escalation import EscalationDecision, EscalationPolicy, FrameSignals
 from edge_agent.pipeline import CameraPipeline, EdgeAgent
 from edge_agent.tracking import CameraTracker, NoEmbedder
 from edge_agent.tracking.fusion import FusionSettings
@@ -105,7 +105,7 @@ def test_the_policy_on_an_injected_clock_spends_the_budget_in_simulated_time() -
     config = EscalationConfig.model_validate(
         {"per_camera_frames_per_s": 1.0, "per_agent_frames_per_s": 1.0}
     )
-    decider = EscalationDecider(config, lambda: now[0])
+    decider = EscalationPolicy.from_config(config, lambda: now[0])
     pipeline = CameraPipeline(_camera(zones=[], rules=[]), _tracker(), ["person"],
                               escalator=decider)  # fmt: skip
     sent = []
