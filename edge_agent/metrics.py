@@ -262,6 +262,12 @@ class EdgeMetrics:
         self.fleet_rollbacks = declare.counter(
             "fleet_rollbacks", "Fleet models swapped back out, by reason.", "reason"
         )
+        # every label value exported from the start (0 where the fleet is off), so dashboards
+        # and alerts see a series rather than no data
+        for outcome in FLEET_UPDATE_OUTCOMES:
+            self.fleet_updates.labels(outcome=outcome)
+        for reason in FLEET_ROLLBACK_REASONS:
+            self.fleet_rollbacks.labels(reason=reason)
 
     def set_fleet_model(self, name: str, version: str, sha256: str) -> None:
         """Mark the model the fleet updater runs now (the only series of `fleet_model_info`)."""
