@@ -120,6 +120,16 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+def _wait_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0.1 <= seconds <= 60:
+        raise argparse.ArgumentTypeError(f"{value}: expected 0.1..60 seconds")
+    return seconds
+
+
 # -- shared options ------------------------------------------------------------------------
 
 
@@ -167,9 +177,9 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="the agents' mqtt.topic_prefix")
     parser.add_argument(
         "--wait-s",
-        type=float,
+        type=_wait_seconds,
         default=1.0,
-        help="how long to wait for retained documents to arrive (seconds)",
+        help="how long to wait for retained documents to arrive (0.1..60 seconds)",
     )
 
 
@@ -381,9 +391,7 @@ def cmd_rollout_run(args: argparse.Namespace) -> int:
         while True:
             verdict = canary_verdict(sha, rollout.canary, statuses)
             if verdict.kind == "failed":
-                _publish_rollout(
-                    link, rollout.model_copy(update={"stage": "halted"}), signer, args.prefix
-                )
+                _publish_rollout(link, _halted(rollout), signer, args.prefix)
                 print(f"halted: {verdict.detail}")
                 return 1
             now = time.monotonic()
@@ -394,9 +402,7 @@ def cmd_rollout_run(args: argparse.Namespace) -> int:
             if soak_until is not None and now >= soak_until:
                 break
             if soak_until is None and now >= deadline:
-                _publish_rollout(
-                    link, rollout.model_copy(update={"stage": "halted"}), signer, args.prefix
-                )
+                _publish_rollout(link, _halted(rollout), signer, args.prefix)
                 print(
                     f"halted: the canary did not take it in {args.canary_timeout_s:g} s "
                     f"({verdict.detail})"
@@ -421,6 +427,10 @@ def cmd_rollout_run(args: argparse.Namespace) -> int:
         done, behind = group_progress(sha, args.group, statuses)
         print(f"promoted; {len(done)} run it, still behind: {', '.join(behind) or 'none'}")
         return 1 if behind else 0
+
+
+def _halted(rollout: Rollout) -> Rollout:
+    return rollout.model_copy(update={"stage": "halted", "issued_at": utc_now_iso()})
 
 
 def _record(statuses: dict[str, AgentStatus], topic: str, payload: bytes, retained: bool) -> None:

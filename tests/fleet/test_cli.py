@@ -114,6 +114,7 @@ def test_publish_and_verify(setup: dict[str, Any], tmp_path: Path) -> None:
         (["verify", "--store", "S", "--trust", "x", "det"], "expected NAME:VERSION"),
         (["list", "--broker", "127.0.0.1:9"], "cannot reach the broker at 127.0.0.1:9"),
         (["list", "--broker", "nowhere"], "expected host:port"),
+        (["list", "--wait-s", "0"], "expected 0.1..60 seconds"),
         (
             [
                 "publish",
