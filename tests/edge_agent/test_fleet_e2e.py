@@ -545,3 +545,10 @@ def test_power_cuts_tampering_and_wrong_signatures_leave_a_good_model_running(
     assert len([e for e in box.events() if e["event"] == "swapped"]) == swaps
     assert box.running() == new
     box.wait("box-k's camera on edge:4", _camera_runs(box, new))
+
+    # 6. a config reload (SIGHUP) keeps the fleet's model, not the config file's
+    box.proc.process.send_signal(signal.SIGHUP)
+    done = re.compile(r"edge_agent\.run_command: (reloaded|reload refused)")
+    box.wait("the reload is done", lambda: done.search(box.log()) is not None)
+    assert "run_command: reloaded: no change" in box.log(), box.tail()
+    assert box.running() == new
