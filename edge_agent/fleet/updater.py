@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -274,6 +275,7 @@ class FleetUpdater:
             self._refuse(
                 rollout.model,
                 f"rollout {rollout.rollout_id} names group {rollout.group!r} but came on {topic}",
+                reject=False,  # the rollout is at fault, not the model it names
             )
             return
         self._rollouts[group] = rollout
@@ -362,8 +364,11 @@ class FleetUpdater:
         try:
             path = self._downloader.artifact(manifest, keep=self.state.keep())
         except DownloadError as exc:
+            # fleet.download says which failures another try cannot mend only in its message
             if "hash mismatch" in str(exc):  # the store serves other bytes: not a network hiccup
                 self._refuse(ref, f"artifact of {ref} refused: {exc}")
+            elif "does not fit" in str(exc):  # a bigger disk_budget_mb and a restart try again
+                self._refuse(ref, f"{ref} refused: {exc}", reject=False)
             else:
                 self._retry(f"artifact of {ref}: {exc}")
             return
@@ -535,10 +540,12 @@ class FleetUpdater:
 
     # ---- outcomes --------------------------------------------------------------------------
 
-    def _refuse(self, ref: ModelRef | None, reason: str) -> None:
-        """One log line, one event, a count; the digest is never tried again."""
-        logger.error("fleet: %s%s", reason, "" if "nothing loaded" in reason else "; nothing loaded")
-        if ref is not None and ref.sha256 not in self.state.rejected:
+    def _refuse(self, ref: ModelRef | None, reason: str, *, reject: bool = True) -> None:
+        """One log line, one event, a count; with `reject`, the digest is never tried again."""
+        logger.error(
+            "fleet: %s%s", reason, "" if "nothing loaded" in reason else "; nothing loaded"
+        )
+        if reject and ref is not None and ref.sha256 not in self.state.rejected:
             rejected = (*self.state.rejected, ref.sha256)[-_MAX_REJECTED:]
             self._save(self.state.model_copy(update={"rejected": rejected, "pending": None}))
         self._count("refused")
@@ -587,7 +594,7 @@ class FleetUpdater:
         model = self.agent.model
         if self._own_sha is None:
             return None
-        return {"name": model.name, "version": model.version, "sha256": self._own_sha}
+        return {"name": _id(model.name), "version": _id(model.version), "sha256": self._own_sha}
 
     def _running_label(self) -> str:
         running = self._running()
@@ -652,6 +659,12 @@ def model_path_of(detector: DetectorConfig) -> Path | None:
     """The model file a detector config runs, if it names one."""
     path = getattr(detector.runtime, "model_path", None)
     return path if isinstance(path, Path) else None
+
+
+def _id(text: str) -> str:
+    """`text` as a fleet name (what status readers accept): letters, digits, `_.-`, <= 64."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:64]
+    return cleaned if cleaned[:1].isalnum() else f"m{cleaned}"[:64]
 
 
 def _ref(record: ModelRecord) -> ModelRef:
