@@ -84,14 +84,12 @@ def _emit(record: dict[str, Any]) -> None:
 
 def run_agent(config_path: Path, embedder: str, duration_s: float, bucket_s: float) -> int:
     """The child: run the agent for `duration_s`, one JSON line of stats per bucket on stdout."""
-    from detection.detector import Detector
-    from edge_agent.alerts import AlertPublisher
     from edge_agent.pipeline import EdgeAgent, FrameOutcome
 
     config = EdgeAgentConfig.model_validate_json(config_path.read_text())
-    detector = Detector.from_config(config.detector)
-    publisher = AlertPublisher(config.mqtt, config.agent.id)
-    agent = EdgeAgent(config, detector, publisher, embedder=embedder_named(embedder))
+    # as production builds it (the detector down to the tracker's low-score threshold)
+    agent = EdgeAgent.from_config(config, embedder=embedder_named(embedder))
+    publisher = agent.publisher
     bucket = _Bucket()
     lock = threading.Lock()
 

@@ -65,12 +65,9 @@ from bench._edge_common import (
     temp_dir,
 )
 from detection.detector import Detector
-from edge_agent.alerts import AlertPublisher
 from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig, EscalationConfig
-from edge_agent.escalation import EscalationClient
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
-from edge_agent.pipeline.escalation import EscalationStage
 from edge_agent.pipeline.model_swap import load_detector
 from testbed.demo_report import percentile
 
@@ -206,34 +203,32 @@ class SceneClock:
     """Monotonic seconds on the scene's clock: the capture time of the frame being fed."""
 
     def __init__(self, base_s: float) -> None:
+        self.base_s = base_s
         self.now_s = base_s
 
     def __call__(self) -> float:
         return self.now_s
+
+    def wall(self, wall_base_s: float) -> Callable[[], float]:
+        """The same clock in epoch seconds, `wall_base_s` at this clock's start."""
+        return lambda: wall_base_s + (self.now_s - self.base_s)
 
 
 @contextmanager
 def pipeline_agent(
     config: EdgeAgentConfig, embedder: str, stages: StageTotals
 ) -> Iterator[tuple[EdgeAgent, Callable[[Image, int], None]]]:
-    """An agent connected to the broker, no capture threads; `feed` fills the slots and steps.
-
-    With `config.escalation` enabled, the agent also has an escalation stage on the scene's
-    clock, connected to the cloud before this yields.
+    """An agent as production builds it (`EdgeAgent.from_config`: labels, webhook and media
+    where `config` enables them), on the scene's clock, with no capture threads: `feed` fills
+    the slots and steps. With `config.escalation` enabled it is connected to the cloud before
+    this yields.
     """
     wall_base, mono_base = time.time(), time.monotonic()
     clock = SceneClock(mono_base)
-    escalation = None
-    if config.escalation.enabled:
-        client = EscalationClient(config.escalation, config.agent.id)
-        escalation = EscalationStage(config.escalation, config.agent.id, client, clock=clock)
-    agent = EdgeAgent(
-        config,
-        detector_for(config),
-        AlertPublisher(config.mqtt, config.agent.id),
-        embedder=embedder_named(embedder),
-        escalation=escalation,
+    agent = EdgeAgent.from_config(
+        config, embedder=embedder_named(embedder), clock=clock, wall_clock=clock.wall(wall_base)
     )
+    escalation = agent.escalation
     missing = 0
 
     def feed(image: Image, index: int) -> None:
@@ -251,11 +246,10 @@ def pipeline_agent(
 
     try:
         agent.hooks.append(stages.hook(len(agent.workers)))
-        agent.publisher.start()
+        agent.start(capture=False)
         if not agent.publisher.wait_connected(CONNECT_TIMEOUT_S):
             raise RuntimeError(f"agent {config.agent.id} not connected to the broker")
         if escalation is not None:
-            escalation.start()
             if not escalation.client.wait_connected(CONNECT_TIMEOUT_S):
                 raise RuntimeError(f"agent {config.agent.id} not connected to the cloud")
         yield agent, feed
@@ -576,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(broker.stop)
             cloud_address = None
             if args.escalation:
-                cloud = pinned_cloud(work) if args.pin else in_process_cloud()
+                cloud = pinned_cloud(work) if args.pin else in_process_cloud(work)
                 cloud_address = stack.enter_context(cloud)
             for model in args.models.split(","):
                 for embedder in args.embedders.split(","):
@@ -604,16 +598,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def in_process_cloud() -> Iterator[str]:
-    """The demo's cloud service (committed cloud model, 1 thread) on loopback; its address."""
+def in_process_cloud(work: Path) -> Iterator[str]:
+    """The demo's cloud service (committed cloud model, 1 thread), which the demo now starts in
+    a process of its own (`testbed.demo_stack.start_cloud`); its address."""
     from testbed.demo_stack import committed_models, start_cloud
 
-    service = start_cloud(committed_models("int8"), threads=1)
-    try:
+    with ExitStack() as stack:
+        args = argparse.Namespace(
+            cloud_threads=1, out=work / "cloud", cloud_cpus=None, cloud_nice=0
+        )
+        service = start_cloud(committed_models("int8"), args, stack)
         yield f"127.0.0.1:{service.port}"
-    finally:
-        service.server.stop(grace=1.0).wait(5.0)
-        service.close()
 
 
 @contextmanager

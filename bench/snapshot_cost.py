@@ -5,7 +5,8 @@
 
 Frames: the `events` scene (640x360, 25 fps, 360 frames, generated once into .cache; looped),
 whose rules (zone enter / exit, loiter, line cross) fire every second or so. Each variant is an
-`EdgeAgent` (tracker, rules, SQLite outbox, a real Mosquitto; no capture threads: each frame goes
+`EdgeAgent.from_config` with its `media:` section (tracker, rules, SQLite outbox, a real
+Mosquitto; no capture threads: each frame goes
 into the camera's newest-frame slot, then `step(0)`, as in `bench.edge_pipeline`), on the scene's
 own timestamps; the store's clock (clip stall time-outs, retention) is the scene's too, so the
 pauses while the other variants run do not cut clips short. Variants, run interleaved chunk by
@@ -53,8 +54,7 @@ from bench._edge_common import (
     ensure_scene,
     temp_dir,
 )
-from bench.edge_pipeline import FrameReader, SceneClock, detector_for
-from edge_agent.alerts import AlertPublisher
+from bench.edge_pipeline import FrameReader, SceneClock
 from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.media import MediaConfig
@@ -142,29 +142,16 @@ class Variant:
 def media_agent(
     config: EdgeAgentConfig, variant: Variant, work: Path
 ) -> Iterator[Callable[[Image, int], None]]:
-    """An agent connected to the broker, with the variant's `MediaStore` as its recorder and
-    hook; `feed` puts one frame (the scene's clock) into the camera's slot and steps."""
+    """An agent as production builds it (`EdgeAgent.from_config`) with the variant's `media:`
+    section, its media store on the scene's clock, connected to the broker, no capture threads;
+    `feed` puts one frame into the camera's slot and steps."""
     wall_base, mono_base = time.time(), time.monotonic()
     clock = SceneClock(wall_base)
-    detector = detector_for(config)
-    store = None
     if variant.media is not None:
         document = {"enabled": True, "directory": str(work / variant.slug), **variant.media}
-        store = MediaStore(
-            MediaConfig.model_validate(document),
-            cameras=config.cameras,
-            class_names=detector.class_names,
-            clock=clock,
-        )
-    agent = EdgeAgent(
-        config,
-        detector,
-        AlertPublisher(config.mqtt, config.agent.id),
-        embedder=embedder_named("none"),
-        recorders=[store] if store is not None else (),
-    )
-    if store is not None:
-        agent.hooks.append(store.observe)
+        config = config.model_copy(update={"media": MediaConfig.model_validate(document)})
+    agent = EdgeAgent.from_config(config, embedder=embedder_named("none"), wall_clock=clock)
+    store = agent.media
     agent.hooks.append(variant.count)
 
     def feed(image: Image, index: int) -> None:
@@ -177,17 +164,13 @@ def media_agent(
         agent.step(0.0)
 
     try:
-        agent.publisher.start()
+        agent.start(capture=False)  # the broker connection and the media store's threads
         if not agent.publisher.wait_connected(CONNECT_TIMEOUT_S):
             raise RuntimeError(f"agent {config.agent.id} not connected to the broker")
-        if store is not None:
-            store.start()
         variant.store = store
         yield feed
     finally:
-        agent.close()
-        if store is not None:
-            store.close(timeout_s=SETTLE_TIMEOUT_S)
+        agent.close(flush_timeout_s=SETTLE_TIMEOUT_S)
 
 
 def variants(vp8: bool) -> list[Variant]:

@@ -160,14 +160,23 @@ class EdgeAgent:
         *,
         environ: Mapping[str, str] | None = None,
         metrics: EdgeMetrics | None = None,
+        detector: Detector | None = None,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> EdgeAgent:
-        """An agent with the configured detector, MQTT publisher and embedder.
+        """The agent production runs: the configured detector, MQTT publisher, embedder,
+        webhook, media store, escalation stage and label store (each where configured). The one
+        way to build an agent; benches and tests inject what they drive themselves.
 
         The detector keeps detections down to the tracker's low-score threshold (the second,
         ByteTrack-style pass); the tracker treats only those above the detector's own threshold
-        as able to start tracks.
+        as able to start tracks. Injections: `detector` (default `load_detector(config)`;
+        closed with the agent), `embedder` (default: the configured one), `clock` (monotonic
+        seconds: the escalation budget's and refresh clock) and `wall_clock` (epoch seconds: the
+        media store's clip and retention times); a bench on a scene's time passes the scene's.
         """
-        detector = load_detector(config)
+        detector = detector if detector is not None else load_detector(config)
         try:
             publisher = AlertPublisher(config.mqtt, config.agent.id, environ=environ)
         except BaseException:
@@ -180,7 +189,12 @@ class EdgeAgent:
             media = None
             if config.media.enabled:
                 enabled = [camera for camera in config.cameras if camera.enabled]
-                media = MediaStore(config.media, cameras=enabled, class_names=detector.class_names)
+                media = MediaStore(
+                    config.media,
+                    cameras=enabled,
+                    class_names=detector.class_names,
+                    clock=wall_clock,
+                )
             escalation = None
             if config.escalation.enabled:
                 client = EscalationClient(config.escalation, config.agent.id, environ=environ)
@@ -188,13 +202,19 @@ class EdgeAgent:
                     LabelStore(config.labels, config.agent.id) if config.labels.enabled else None
                 )
                 escalation = EscalationStage(
-                    config.escalation, config.agent.id, client, metrics=metrics, labels=labels
+                    config.escalation,
+                    config.agent.id,
+                    client,
+                    metrics=metrics,
+                    clock=clock,
+                    labels=labels,
                 )
             return cls(
                 config,
                 detector,
                 publisher,
                 environ=environ,
+                embedder=embedder,
                 metrics=metrics,
                 escalation=escalation,
                 sinks=[webhook] if webhook is not None else [],
@@ -207,8 +227,10 @@ class EdgeAgent:
 
     # ---- life cycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Connect to the broker (in the background) and open every camera."""
+    def start(self, *, capture: bool = True) -> None:
+        """Connect to the broker (in the background) and open every camera; `capture` False
+        leaves the cameras closed, for a caller that puts frames into their slots itself (the
+        benches, on a scene's clock)."""
         self.publisher.start()
         for part in self._owned:
             if isinstance(part, Lifecycle):
@@ -217,9 +239,10 @@ class EdgeAgent:
             self.homeassistant.announce()
         if self.escalation is not None:
             self.escalation.start()
-        for worker in self.workers:
-            worker.source.start()
-        self._started = True
+        if capture:
+            for worker in self.workers:
+                worker.source.start()
+        self._started = capture  # cameras added by a reload open too
 
     def run(self, stop: threading.Event, on_idle: Callable[[], None] | None = None) -> None:
         """Run the frame loop until `stop` is set; `on_idle` is called at least every 0.5 s."""

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from detection.detections import Detections
+from edge_agent.capture import CaptureState
 from edge_agent.capture.frames import CapturedFrame
 from edge_agent.config import CameraConfig, EdgeAgentConfig, EscalationConfig
 from edge_agent.config.tracker import TrackerConfig
@@ -150,6 +151,42 @@ def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: 
         assert fusion.relabel and fusion.box_correction_gain == 0.0 and fusion.vouch == 0
     finally:
         hybrid.close(flush_timeout_s=0.1)
+
+
+def test_from_config_builds_what_production_runs_with_what_a_bench_injects(
+    tmp_path: Path,
+) -> None:
+    document = yaml.safe_load((REPO_ROOT / "configs" / "edge-agent.minimal.yaml").read_text())
+    document["detector"]["runtime"]["model_path"] = str(
+        REPO_ROOT / "models" / "coco" / "nanodet-coco-int8.onnx"
+    )
+    document["mqtt"] = {"outbox_path": str(tmp_path / "outbox.sqlite")}
+    document["escalation"] = {
+        "enabled": True,
+        "cloud_address": "127.0.0.1:9",
+        "refresh_interval_s": 5.0,
+    }
+    document["media"] = {"enabled": True, "directory": str(tmp_path / "media")}
+    scene_s = [100.0]
+    embedder = NoEmbedder()
+    agent = EdgeAgent.from_config(
+        EdgeAgentConfig.model_validate(document),
+        embedder=embedder,
+        clock=lambda: scene_s[0],
+        wall_clock=lambda: 1.7e9 + scene_s[0],
+    )
+    try:
+        assert agent.media is not None and agent.escalation is not None  # as configured
+        assert agent.workers[0].tracker.embedder is embedder
+        policy = agent.escalation.policy
+        easy = FrameSignals(640, 360)
+        assert "refresh" not in policy.decide(easy, "cam").reasons  # its clock starts now
+        scene_s[0] += 5.0  # the scene's clock, not the machine's, says a refresh is due
+        assert "refresh" in policy.decide(easy, "cam").reasons
+        agent.start(capture=False)  # broker, media and escalation, but no camera opened
+        assert agent.workers[0].state is CaptureState.STOPPED
+    finally:
+        agent.close(flush_timeout_s=0.1)
 
 
 def test_frames_the_loop_skipped_move_the_tracks_on_the_capture_clock() -> None:
