@@ -340,7 +340,9 @@ class FleetUpdater:
         started = self._clock()
         self._set("downloading", f"fetching the manifest of {ref}")
         try:
-            manifest = self._downloader.manifest(ref.name, ref.version).verified(self._verifier)
+            signed = self._downloader.manifest(ref.name, ref.version)
+            self._set("verifying", f"checking the manifest of {ref}")
+            manifest = signed.verified(self._verifier)
         except (ManifestError, SignatureError) as exc:
             self._refuse(ref, f"manifest of {ref} refused: {exc}")
             return
