@@ -37,6 +37,14 @@ def _scene(seed: int, frames: int = 40) -> list[Detections]:
     return out
 
 
+def _one_box(score: float) -> Detections:
+    return Detections(
+        np.array([[10.0, 10.0, 50.0, 50.0]], dtype=np.float32),
+        np.array([score], dtype=np.float32),
+        np.zeros(1, dtype=np.int64),
+    )
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_without_cloud_answers_the_fused_tracker_tracks_as_the_core_does(seed: int) -> None:
     settings = {"n_init": 2, "low_score_threshold": 0.1, "confidence_threshold": 0.4}
@@ -74,11 +82,7 @@ class _HalfScores(DeepSortTracker):
 
 def test_a_subclass_changes_what_is_reported_through_the_hooks() -> None:
     tracker = _HalfScores(n_init=3)
-    box = Detections(
-        np.array([[10.0, 10.0, 50.0, 50.0]], dtype=np.float32),
-        np.array([0.8], dtype=np.float32),
-        np.zeros(1, dtype=np.int64),
-    )
+    box = _one_box(0.8)
     tracker.update(box)  # born tentative: not matched yet, so only the extra row
     out = tracker.update(box)
     assert out.tracker_id.tolist() == [1, 1]  # reported even tentative, plus its extra row
@@ -98,11 +102,7 @@ def test_cloud_votes_count_their_weight_and_ties_go_to_the_edges_class() -> None
 
 def test_a_rejected_track_is_reported_untracked_until_the_cloud_sees_it_again() -> None:
     tracker = FusedTracker(n_init=1)
-    box = Detections(
-        np.array([[10.0, 10.0, 50.0, 50.0]], dtype=np.float32),
-        np.array([0.5], dtype=np.float32),
-        np.zeros(1, dtype=np.int64),
-    )
+    box = _one_box(0.5)
     tracker.update(box)
     [track] = tracker.cloud_tracks
     track.cloud.reject()

@@ -4,6 +4,7 @@ injected clock, fusion of answers, retractions of cloud-rejected tracks."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -130,12 +131,18 @@ def test_frames_are_chosen_at_the_target_rate_and_only_with_motion() -> None:
     assert gated.counters.skipped_motion >= 1  # a still picture: nothing new to look at
 
 
-def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: Path) -> None:
+def _agent_document(tmp_path: Path) -> dict[str, Any]:
+    """The minimal agent config with the committed INT8 model and an outbox in `tmp_path`."""
     document = yaml.safe_load((REPO_ROOT / "configs" / "edge-agent.minimal.yaml").read_text())
     document["detector"]["runtime"]["model_path"] = str(
         REPO_ROOT / "models" / "coco" / "nanodet-coco-int8.onnx"
     )
     document["mqtt"] = {"outbox_path": str(tmp_path / "outbox.sqlite")}
+    return document
+
+
+def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: Path) -> None:
+    document = _agent_document(tmp_path)
     alone = EdgeAgent.from_config(EdgeAgentConfig.model_validate(document))
     try:
         assert alone.escalation is None and alone.workers[0].focus is None
@@ -156,11 +163,7 @@ def test_the_agent_gives_its_cameras_focus_crops_only_with_escalation(tmp_path: 
 def test_from_config_builds_what_production_runs_with_what_a_bench_injects(
     tmp_path: Path,
 ) -> None:
-    document = yaml.safe_load((REPO_ROOT / "configs" / "edge-agent.minimal.yaml").read_text())
-    document["detector"]["runtime"]["model_path"] = str(
-        REPO_ROOT / "models" / "coco" / "nanodet-coco-int8.onnx"
-    )
-    document["mqtt"] = {"outbox_path": str(tmp_path / "outbox.sqlite")}
+    document = _agent_document(tmp_path)
     document["escalation"] = {
         "enabled": True,
         "cloud_address": "127.0.0.1:9",
