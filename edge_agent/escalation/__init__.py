@@ -19,7 +19,12 @@ from edge_agent.escalation.encode import (
     payload_pixels,
     request_for_decision,
 )
-from edge_agent.escalation.policy import EscalationDecision, EscalationPolicy, FrameSignals
+from edge_agent.escalation.policy import (
+    EscalationDecision,
+    EscalationPolicy,
+    FrameSignals,
+    SignalSettings,
+)
 from edge_agent.escalation.roi import Box
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "EscalationPolicy",
     "EscalationResult",
     "FrameSignals",
+    "SignalSettings",
     "TokenBucket",
     "build_frame_request",
     "encode_jpeg",

@@ -17,7 +17,11 @@ import numpy as np
 import numpy.typing as npt
 
 from detection.detections import Detections
-from edge_agent.config.escalation import EscalationConfig
+from edge_agent.config.escalation import (
+    EscalationConfig,
+    EscalationSignalsConfig,
+    RegionEscalationConfig,
+)
 from edge_agent.escalation.budget import EscalationBudget
 from edge_agent.escalation.roi import Box, box_area, regions_for
 
@@ -82,6 +86,23 @@ class TrackLike(Protocol):
 
 
 @dataclass(frozen=True)
+class SignalSettings:
+    """What a frame's signals are computed with (`FrameSignals.from_frame`): the uncertain
+    score band and `escalation.signals`."""
+
+    uncertain_low: float
+    uncertain_high: float
+    signals: EscalationSignalsConfig
+
+    @classmethod
+    def from_config(cls, config: EscalationConfig) -> SignalSettings:
+        """The signal settings of the `escalation:` section."""
+        return cls(
+            config.uncertain_confidence_low, config.uncertain_confidence_high, config.signals
+        )
+
+
+@dataclass(frozen=True)
 class FrameSignals:
     """What the edge knows about one processed frame that bears on its difficulty.
 
@@ -116,7 +137,7 @@ class FrameSignals:
         tracks: Sequence[TrackLike],
         frame_width: int,
         frame_height: int,
-        config: EscalationConfig,
+        settings: SignalSettings,
         motion_score: float | None = None,
         settled: Collection[int] = frozenset(),
         settled_boxes: Sequence[Box] = (),
@@ -135,7 +156,7 @@ class FrameSignals:
         for the edge: only the cloud keeps it) unless `asked` (on a frame awaiting its answer);
         one the edge saw and lost is settled while its verification holds.
         """
-        low, high = config.uncertain_confidence_low, config.uncertain_confidence_high
+        low, high = settings.uncertain_low, settings.uncertain_high
         # Boxes below the uncertain band (the tracker's low-score second pass keeps them) are
         # noise to the policy: counted, they made nearly every frame "hard" (bench.hybrid_tradeoff).
         keep = detections.confidence >= low
@@ -146,14 +167,14 @@ class FrameSignals:
             xyxy,
             settled,
             settled_boxes,
-            config.signals.verification.box_iou,
+            settings.signals.verification.box_iou,
             verified_regions,
         )
         uncertain = (confidence < high) & unsettled
         areas = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
         frame_area = float(frame_width * frame_height)
-        small = areas < config.signals.small_object_area_fraction * frame_area
-        if config.signals.verification.settle_small:
+        small = areas < settings.signals.small_object_area_fraction * frame_area
+        if settings.signals.verification.settle_small:
             small &= unsettled
         else:  # small objects stay hard, but not while a frame showing them awaits its answer
             small &= _unsettled(
@@ -161,11 +182,11 @@ class FrameSignals:
                 xyxy,
                 asked,
                 settled_boxes,
-                config.signals.verification.box_iou,
+                settings.signals.verification.box_iou,
                 verified_regions,
             )
         best_iou = _max_iou_per_box(xyxy)
-        crowded = (best_iou >= config.signals.crowding_iou) & unsettled
+        crowded = (best_iou >= settings.signals.crowding_iou) & unsettled
         new = [t for t in tracks if t.age <= 1]
         tentative = [
             t for t in tracks if t.is_tentative and t.age > 1 and t.track_id not in settled
@@ -305,22 +326,22 @@ class EscalationPolicy:
     on `clock` (monotonic seconds; injected in simulations and tests).
 
     One policy per agent (the budget is per agent and per camera). A camera's refresh clock
-    starts the first time one of its frames is decided on. It reads the signal weights and
-    thresholds (`signals`), the region settings (`regions`) and `refresh_interval_s`; `config`
-    is kept for the pipeline, which computes the frame signals it decides on with it
-    (`FrameSignals.from_frame`, the `Escalator` protocol).
+    starts the first time one of its frames is decided on. `signal_settings` are what the
+    pipeline computes the frame signals it decides on with (the `Escalator` protocol).
     """
 
     def __init__(
         self,
-        config: EscalationConfig,
+        signal_settings: SignalSettings,
+        regions: RegionEscalationConfig,
+        refresh_interval_s: float,
         budget: EscalationBudget,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._signals = config.signals
-        self._regions = config.regions
-        self._refresh_interval_s = config.refresh_interval_s
-        self.config = config
+        self.signal_settings = signal_settings
+        self._signals = signal_settings.signals
+        self._regions = regions
+        self._refresh_interval_s = refresh_interval_s
         self.budget = budget
         self._clock = clock
         self._cameras: dict[str, _CameraState] = {}
@@ -330,7 +351,13 @@ class EscalationPolicy:
         cls, config: EscalationConfig, clock: Callable[[], float] = time.monotonic
     ) -> EscalationPolicy:
         """The policy of the `escalation:` settings with its budget, on `clock`."""
-        return cls(config, EscalationBudget.from_config(config, clock()), clock)
+        return cls(
+            SignalSettings.from_config(config),
+            config.regions,
+            config.refresh_interval_s,
+            EscalationBudget.from_config(config, clock()),
+            clock,
+        )
 
     def observe_answer(
         self,

@@ -27,8 +27,8 @@ from detection.detections import Detections
 from detection.slicing import Tile
 from edge_agent.capture import CapturedFrame
 from edge_agent.config.camera import CameraConfig
-from edge_agent.config.escalation import EscalationConfig, FocusConfig, FusionConfig
-from edge_agent.escalation.policy import EscalationDecision, FrameSignals
+from edge_agent.config.escalation import FocusConfig, FusionConfig
+from edge_agent.escalation.policy import EscalationDecision, FrameSignals, SignalSettings
 from edge_agent.escalation.verification import VerificationMemory
 from edge_agent.pipeline.focus import FocusPlan, merge_focus, plan_focus
 from edge_agent.pipeline.motion import MotionGate
@@ -71,8 +71,8 @@ class Escalator(Protocol):
     """
 
     @property
-    def config(self) -> EscalationConfig:
-        """The escalation settings (the frame signals need them)."""
+    def signal_settings(self) -> SignalSettings:
+        """What the frame signals it decides on are computed with."""
         ...
 
     def decide(self, signals: FrameSignals, camera: str) -> EscalationDecision | None:
@@ -167,7 +167,7 @@ class CameraPipeline:
         self._previous_gray: GrayImage | None = None  # the last analysed frame, for optical flow
         # tracks the cloud verified, settled for the escalation policy until they change
         self.verification = (
-            VerificationMemory(escalator.config.signals.verification, config.target_fps)
+            VerificationMemory(escalator.signal_settings.signals.verification, config.target_fps)
             if escalator is not None
             else None
         )
@@ -328,7 +328,7 @@ class CameraPipeline:
 
     def escalator_low(self) -> float:
         """The lower end of the escalation's uncertain band (boxes below it are no signal)."""
-        return self.escalator.config.uncertain_confidence_low if self.escalator else 0.0
+        return self.escalator.signal_settings.uncertain_low if self.escalator else 0.0
 
     def _decide(self, frame: CapturedFrame, tracked: Detections) -> EscalationDecision | None:
         if self.escalator is None:
@@ -345,7 +345,7 @@ class CameraPipeline:
             tracker.cloud_tracks,
             width,
             height,
-            self.escalator.config,
+            self.escalator.signal_settings,
             self.last_motion_score,
             settled,
             settled_boxes,

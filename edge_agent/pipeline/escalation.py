@@ -28,6 +28,7 @@ from edge_agent.escalation import (
     EscalationPolicy,
     EscalationResult,
     FrameSignals,
+    SignalSettings,
     payload_bytes,
     payload_pixels,
     request_for_decision,
@@ -114,6 +115,11 @@ class EscalationStage:
         self.client.close(timeout_s=timeout_s)
         if self.labels is not None:
             self.labels.close(timeout_s=timeout_s)
+
+    @property
+    def signal_settings(self) -> SignalSettings:
+        """What the frame signals are computed with (the policy's)."""
+        return self.policy.signal_settings
 
     @property
     def connected(self) -> bool:

@@ -10,7 +10,12 @@ import pytest
 
 from detection.detections import Detections
 from edge_agent.config.escalation import EscalationConfig
-from edge_agent.escalation.policy import EscalationDecision, EscalationPolicy, FrameSignals
+from edge_agent.escalation.policy import (
+    EscalationDecision,
+    EscalationPolicy,
+    FrameSignals,
+    SignalSettings,
+)
 from edge_agent.escalation.roi import Box, iou, merge_overlapping, pad_box, regions_for
 from edge_agent.tracking.fused_tracker import FusedTracker
 
@@ -110,7 +115,9 @@ def test_signals_from_frame(
     motion: float | None,
     expected: dict[str, int],
 ) -> None:
-    signals = FrameSignals.from_frame(_detections(boxes, scores), tracks, W, H, _config(), motion)
+    signals = FrameSignals.from_frame(
+        _detections(boxes, scores), tracks, W, H, SignalSettings.from_config(_config()), motion
+    )
     counts = {
         name: len(getattr(signals, name))
         for name in (
@@ -132,10 +139,14 @@ def test_signals_from_a_real_tracker() -> None:
     tracker = FusedTracker(n_init=1, max_age_frames=5)
     config = _config()
     first = tracker.update(_detections([BIG], [0.9]))
-    signals = FrameSignals.from_frame(first, tracker.tracks, W, H, config)
+    signals = FrameSignals.from_frame(
+        first, tracker.tracks, W, H, SignalSettings.from_config(config)
+    )
     assert len(signals.new_tracks) == 1 and not signals.lost_tracks
     second = tracker.update(Detections.empty())
-    signals = FrameSignals.from_frame(second, tracker.tracks, W, H, config)
+    signals = FrameSignals.from_frame(
+        second, tracker.tracks, W, H, SignalSettings.from_config(config)
+    )
     assert len(signals.lost_tracks) == 1 and not signals.new_tracks
     np.testing.assert_allclose(signals.lost_tracks[0], BIG, atol=1.0)
 

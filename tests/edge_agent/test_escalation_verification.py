@@ -10,7 +10,7 @@ import pytest
 
 from detection.detections import Detections
 from edge_agent.config.escalation import EscalationConfig, VerificationMemoryConfig
-from edge_agent.escalation.policy import EscalationPolicy, FrameSignals
+from edge_agent.escalation.policy import EscalationPolicy, FrameSignals, SignalSettings
 from edge_agent.escalation.verification import VerificationMemory
 
 Box = tuple[float, float, float, float]
@@ -154,32 +154,56 @@ def test_a_busy_settled_frame_is_not_hard_and_a_new_doubt_is() -> None:
     policy = EscalationPolicy.from_config(config, clock=lambda: 0.0)
     a, b = Track(1, A), Track(2, (110.0, 100.0, 150.0, 200.0))
     detections = _frame([a, b], [0.5, 0.5], [1, 2])
-    before = FrameSignals.from_frame(detections, [a, b], 640, 480, config)
+    before = FrameSignals.from_frame(
+        detections, [a, b], 640, 480, SignalSettings.from_config(config)
+    )
     assert policy.decide(before, "cam", 0.0).send
     assert len(before.uncertain) == 2 and len(before.crowded) == 2
     memory = VerificationMemory(config.signals.verification, FPS)
     memory.record([a, b], {1, 2}, frame_index=1)
     settled = memory.settled([a, b], 2)
-    after = FrameSignals.from_frame(detections, [a, b], 640, 480, config, settled=settled)
+    after = FrameSignals.from_frame(
+        detections, [a, b], 640, 480, SignalSettings.from_config(config), settled=settled
+    )
     assert after.uncertain == () and after.crowded == ()
     assert not policy.decide(after, "cam", 1.0).reasons
     # an untracked doubt elsewhere, never looked at by the cloud: hard again
     c = Track(-1, (400.0, 300.0, 440.0, 400.0))
     more = _frame([a, b, c], [0.5, 0.5, 0.5], [1, 2, -1])
-    signals = FrameSignals.from_frame(more, [a, b], 640, 480, config, settled=settled)
+    signals = FrameSignals.from_frame(
+        more, [a, b], 640, 480, SignalSettings.from_config(config), settled=settled
+    )
     assert signals.uncertain == (c.box,)
     # ... unless the cloud looked at that very box, or at that place lately
     looked = FrameSignals.from_frame(
-        more, [a, b], 640, 480, config, settled=settled, settled_boxes=[c.box]
+        more,
+        [a, b],
+        640,
+        480,
+        SignalSettings.from_config(config),
+        settled=settled,
+        settled_boxes=[c.box],
     )
     assert looked.uncertain == ()
     there = (380.0, 280.0, 460.0, 420.0)
     place = FrameSignals.from_frame(
-        more, [a, b], 640, 480, config, settled=settled, verified_regions=[there]
+        more,
+        [a, b],
+        640,
+        480,
+        SignalSettings.from_config(config),
+        settled=settled,
+        verified_regions=[there],
     )
     assert place.uncertain == ()
     elsewhere = FrameSignals.from_frame(
-        more, [a, b], 640, 480, config, settled=settled, verified_regions=[A]
+        more,
+        [a, b],
+        640,
+        480,
+        SignalSettings.from_config(config),
+        settled=settled,
+        verified_regions=[A],
     )
     assert elsewhere.uncertain == (c.box,)
 
@@ -192,9 +216,13 @@ def test_small_objects_can_be_kept_hard() -> None:
         config = EscalationConfig.model_validate(
             {"signals": {"verification": {"settle_small": settle}}}
         )
-        signals = FrameSignals.from_frame(detections, [tiny], 640, 480, config, settled={1})
+        signals = FrameSignals.from_frame(
+            detections, [tiny], 640, 480, SignalSettings.from_config(config), settled={1}
+        )
         assert signals.small_objects == expected
-    asked = FrameSignals.from_frame(detections, [tiny], 640, 480, config, settled={1}, asked={1})
+    asked = FrameSignals.from_frame(
+        detections, [tiny], 640, 480, SignalSettings.from_config(config), settled={1}, asked={1}
+    )
     assert asked.small_objects == ()
 
 
@@ -203,9 +231,17 @@ def test_a_held_track_the_edge_never_saw_stays_hard() -> None:
     seen = Track(1, A, time_since_update=3, is_held=True)
     cloud_only = Track(2, B, time_since_update=3, is_held=True, cloud_only=True)
     empty = _frame([], [], [])
-    signals = FrameSignals.from_frame(empty, [seen, cloud_only], 640, 480, config, settled={1, 2})
+    signals = FrameSignals.from_frame(
+        empty, [seen, cloud_only], 640, 480, SignalSettings.from_config(config), settled={1, 2}
+    )
     assert signals.held_tracks == (B,)
     asked = FrameSignals.from_frame(
-        empty, [seen, cloud_only], 640, 480, config, settled={1, 2}, asked={2}
+        empty,
+        [seen, cloud_only],
+        640,
+        480,
+        SignalSettings.from_config(config),
+        settled={1, 2},
+        asked={2},
     )
     assert asked.held_tracks == ()

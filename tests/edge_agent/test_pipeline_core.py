@@ -15,7 +15,7 @@ from edge_agent.capture import CaptureState
 from edge_agent.capture.frames import CapturedFrame
 from edge_agent.config import CameraConfig, EdgeAgentConfig, EscalationConfig
 from edge_agent.config.tracker import TrackerConfig
-from edge_agent.escalation import EscalationDecision, EscalationPolicy, FrameSignals
+from edge_agent.escalation import EscalationDecision, EscalationPolicy, FrameSignals, SignalSettings
 from edge_agent.pipeline import CameraPipeline, EdgeAgent
 from edge_agent.tracking import CameraTracker, NoEmbedder
 from edge_agent.tracking.fusion import FusionSettings
@@ -54,7 +54,7 @@ class SendFrames:
     """An escalator sending exactly the frames listed (by the order they are decided on)."""
 
     def __init__(self, send: set[int]) -> None:
-        self.config = EscalationConfig()
+        self.signal_settings = SignalSettings.from_config(EscalationConfig())
         self.send = send
         self.decided = 0
 
