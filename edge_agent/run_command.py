@@ -190,7 +190,11 @@ def _run(
     say: Callable[[str], object],
 ) -> int:
     own_detector = config.detector
-    config, fleet_state = boot_config(config)
+    try:
+        config, fleet_state = boot_config(config)
+    except OSError as exc:
+        say(f"edge-agent run: cannot read or write the fleet state: {exc}\n")
+        return EXIT_FAILED
     try:
         agent = _build_agent(config, own_detector, environ, metrics)
     except DetectionError as exc:
@@ -208,10 +212,10 @@ def _run(
             if config.fleet.enabled
             else None
         )
-    except SecretError as exc:
+    except (SecretError, OSError, ValueError) as exc:  # a secret, the state folder, a CA file
         agent.publisher.outbox.close()
         agent.detector.close()
-        say(f"edge-agent run: cannot read a secret: {exc}\n")
+        say(f"edge-agent run: cannot start the fleet updater: {exc}\n")
         return EXIT_FAILED
     adjust = updater.keep_model if updater is not None else None
 

@@ -105,6 +105,7 @@ class FleetUpdater:
         self.state = state
         self.metrics = metrics
         self._clock = clock
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)  # fails here, not later
         self._verifier = Verifier(self.settings.trusted_keys)
         self._downloader = Downloader(
             self.settings.store_url or "",

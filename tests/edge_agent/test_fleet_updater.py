@@ -175,3 +175,49 @@ def test_every_bad_rollout_or_model_is_refused_with_one_line_and_nothing_loads(
     registry = world.metrics.registry
     refused = registry.get_sample_value("edge_agent_fleet_updates_total", {"outcome": "refused"})
     assert refused == len(cases)
+
+
+@pytest.mark.parametrize(
+    ("fleet", "message"),
+    [
+        ({"ca_path": "/nonexistent/ca.pem"}, "cannot start the fleet updater: cannot load CA file"),
+        ({"state_dir": "/proc/fleet-state"}, "cannot start the fleet updater: [Errno"),
+        ({"state_dir": "{tmp}/a-file"}, "cannot read or write the fleet state"),
+    ],
+)
+def test_run_refuses_a_fleet_it_cannot_start_with_one_line(
+    tmp_path: Path, fleet: dict[str, str], message: str
+) -> None:
+    import io
+
+    import yaml
+
+    from edge_agent.run_command import EXIT_FAILED, run_agent
+
+    public = generate_key(tmp_path / "key.pem")
+    (tmp_path / "a-file").write_text("not a folder")
+    fleet = {key: value.replace("{tmp}", str(tmp_path)) for key, value in fleet.items()}
+    document = {
+        "agent": {"id": AGENT},
+        "cameras": [{"name": "cam", "url": "rtsp://127.0.0.1:9/none"}],
+        "detector": {
+            "runtime": {"type": "onnxruntime", "model_path": str(EDGE_ONNX)},
+            "class_names": CLASS_NAMES,
+            "input_size": [320, 320],
+        },
+        "mqtt": {"outbox_path": str(tmp_path / "outbox.sqlite3")},
+        "metrics": {"enabled": False},
+        "fleet": {
+            "enabled": True,
+            "store_url": "https://models.example.net/",
+            "trusted_keys": [public],
+            "state_dir": str(tmp_path / "fleet"),
+            **fleet,
+        },
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(document))
+    err = io.StringIO()
+    assert run_agent(path, err=err, max_runtime_s=5.0) == EXIT_FAILED
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
