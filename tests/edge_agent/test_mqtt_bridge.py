@@ -31,6 +31,7 @@ from edge_agent.alerts import AlertPublisher, EventIds
 from edge_agent.alerts.consumer import AlertConsumerConfig
 from edge_agent.alerts.subscriber import alert_topic_filters, run_alerts
 from edge_agent.config.mqtt import MqttConfig
+from fleet.rollout import rollouts_filter, status_filter
 from tests.fixtures.events import T0, door_event
 from tests.fixtures.mqtt import MqttRecorder
 from tests.fixtures.processes import ManagedProcess, free_tcp_port, tcp_port_accepts
@@ -282,7 +283,12 @@ def test_the_bridge_forwards_every_alert_topic_at_qos_1() -> None:
     text = (DEPLOY / "site.conf").read_text()
     topics = re.findall(r"^topic[ \t]+(.+)$", text, flags=re.M)
     expected = alert_topic_filters(PREFIX, include_status=True)
-    assert topics == [f"{pattern} out 1" for pattern in expected]
+    fleet = [  # model updates (docs/fleet.md): rollouts come in, the agents' reports go out
+        f"{rollouts_filter(PREFIX)} in 1",
+        f"{status_filter(PREFIX)} out 1",
+        f"{PREFIX}/fleet/events/+ out 1",
+    ]
+    assert topics == [f"{pattern} out 1" for pattern in expected] + fleet
     for key, value in {"cleansession": "false", "try_private": "true"}.items():
         assert _bridge_setting(key) == value
     assert _bridge_setting("local_clientid") != BRIDGE_CLIENT_ID
