@@ -207,6 +207,9 @@ class SceneData:
     detector_threshold: float = DETECTOR_THRESHOLD  # tracks start above it
     scored_tracking: bool = True  # False: the ground truth has no identities (real footage)
     cache_tag: str = ""  # sub-folder of the detection caches: which models made them
+    # class ids the edge detector keeps (its `classes` filter), as the agent's fusion gets
+    # them; None: every class (the test world's models share their classes)
+    edge_classes: tuple[int, ...] | None = None
 
     @property
     def n_frames(self) -> int:
@@ -639,9 +642,11 @@ class SimClock:
         return self.now_s
 
 
-def fusion_settings(config: EscalationConfig, fps: float) -> FusionSettings:
-    """`FusionSettings` exactly as the agent builds them."""
-    return FusionSettings.from_config(config.fusion, fps)
+def fusion_settings(
+    config: EscalationConfig, fps: float, classes: tuple[int, ...] | None = None
+) -> FusionSettings:
+    """`FusionSettings` exactly as the agent builds them (for a detector keeping `classes`)."""
+    return FusionSettings.from_config(config.fusion, fps, classes)
 
 
 def sim_camera(data: SceneData) -> CameraConfig:
@@ -685,7 +690,7 @@ def simulate(
         sim_camera(data),
         CameraTracker.from_config(data.tracker, data.detector_threshold, NoEmbedder()),
         data.class_names,
-        fusion=fusion_settings(config, data.fps),
+        fusion=fusion_settings(config, data.fps, data.edge_classes),
         escalator=policy,
         focus=config.focus if variant.mode == "hybrid" else None,
         clock=lambda: SCENE_START_S + clock.now_s,

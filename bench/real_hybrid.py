@@ -224,6 +224,7 @@ def prepare_clip(name: str, frames: int | None, threads: int, confidence: float)
     n = total if frames is None else min(frames, total)
     edge, edge_ms, cloud, sizes = _cached_runs(name, video, n, threads)
     n = len(edge)
+    names = coco_names()
     root = REAL_CACHE / f"{name}-{n}f"
     return SceneData(
         label=name,
@@ -238,10 +239,11 @@ def prepare_clip(name: str, frames: int | None, threads: int, confidence: float)
         cloud_ms=np.zeros(n, dtype=np.float64),
         frame_bytes=np.asarray(sizes, dtype=np.int64),
         jpeg_quality=85,
-        class_names=coco_names(),
+        class_names=names,
         tracker=TRACKER,
         detector_threshold=EDGE_THRESHOLD,
         scored_tracking=False,
+        edge_classes=tuple(names.index(street) for street in STREET),
     )
 
 

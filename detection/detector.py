@@ -151,6 +151,12 @@ class Detector:
         """Name of each class id: the config's `class_names`, else the model's; may be empty."""
         return self._class_names
 
+    @property
+    def kept_class_ids(self) -> tuple[int, ...] | None:
+        """Class ids the config's `classes` filter keeps (detections of others are dropped);
+        None where it keeps every class."""
+        return None if self._kept_classes is None else tuple(int(c) for c in self._kept_classes)
+
     def class_name(self, class_id: int) -> str:
         """The name of `class_id`, or its number where the classes have no names."""
         if 0 <= class_id < len(self._class_names):

@@ -547,7 +547,9 @@ class EdgeAgent:
             source,
             tracker,
             names,
-            fusion=FusionSettings.from_config(escalation.fusion, camera.target_fps),
+            fusion=FusionSettings.from_config(
+                escalation.fusion, camera.target_fps, self.detector.kept_class_ids
+            ),
             escalator=self.escalation,
             focus=escalation.focus if self.escalation is not None else None,
         )

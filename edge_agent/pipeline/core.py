@@ -276,6 +276,9 @@ class CameraPipeline:
             return None
         started = self._timer()
         tracker_frame, regions = sent
+        # boxes of classes this camera's detector drops are no evidence here (fusion, the
+        # verification memory and the focus hints alike)
+        cloud = self.fusion.edge_classes(cloud)
         result = fuse_answer(
             self.tracker.tracker,
             tracker_frame,

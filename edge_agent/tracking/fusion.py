@@ -3,7 +3,10 @@
 A cloud answer refers to a frame already in the past. Its boxes are matched (IoU, Hungarian)
 against the boxes the tracks had *at that frame* (`Track.history`), then:
 
-- only confident cloud boxes count (`min_cloud_score`), one per object whatever its class;
+- only boxes of the classes the edge keeps count (`classes`: the edge detector's class filter;
+  the cloud model answers every class it knows, and a cloud "boat" or "fire hydrant" must not
+  confirm, relabel, seed or vouch for tracks of a camera that drops those classes), and of
+  those only confident ones (`min_cloud_score`), one per object whatever its class;
 - a matched track whose box agrees with the cloud's (`confirm_iou`) is *confirmed*: it is
   reported for `hold_frames` even where the edge misses it (at the cloud's score there), its
   own detections keep the edge's score unless `vouch_frames` lifts them to the cloud's,
@@ -47,7 +50,7 @@ alone. Answers older than the horizon are dropped (`FusionResult.dropped_late`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +102,9 @@ class FusionSettings:
     min_agreement: float = 0.85
     trust_min_checks: int = 10
     trust_edge_score: float = 0.6
+    # class ids the edge keeps (its detector's class filter); cloud boxes of others are dropped
+    # before anything else (None: every class counts)
+    classes: frozenset[int] | None = None
 
     @property
     def vouch(self) -> int:
@@ -118,10 +124,20 @@ class FusionSettings:
             vote_weight=self.cloud_vote_weight,
         )
 
+    def edge_classes(self, cloud: Detections) -> Detections:
+        """`cloud` without the boxes of classes the edge does not keep (see `classes`)."""
+        if self.classes is None or not len(cloud):
+            return cloud
+        return cloud[np.isin(cloud.class_id, sorted(self.classes))]
+
     @classmethod
-    def from_config(cls, config: FusionConfig, fps: float) -> FusionSettings:
-        """Settings of `escalation.fusion` for a camera analysed at `fps` frames/s."""
+    def from_config(
+        cls, config: FusionConfig, fps: float, classes: Iterable[int] | None = None
+    ) -> FusionSettings:
+        """Settings of `escalation.fusion` for a camera analysed at `fps` frames/s whose
+        detector keeps `classes` (class ids; None: every class)."""
         return cls(
+            classes=None if classes is None else frozenset(int(c) for c in classes),
             horizon_frames=max(1, round(config.horizon_ms / 1000.0 * fps)),
             min_cloud_score=config.min_cloud_score,
             hold_frames=round(config.hold_ms / 1000.0 * fps),
@@ -330,6 +346,7 @@ def fuse_answer(
     lag = tracker.frame_index - frame_index
     if lag < 0 or lag > s.horizon_frames:
         return FusionResult(dropped_late=True)
+    cloud = s.edge_classes(cloud)
     then: list[tuple[CloudTrack, npt.NDArray[np.float64]]] = []
     for track in tracker.cloud_tracks:
         box = None if track.is_deleted else track.box_at(frame_index, s.history_tolerance_frames)

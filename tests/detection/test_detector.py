@@ -387,6 +387,13 @@ def test_classes_filter_keeps_only_those_classes_before_nms(
     assert got == expected
 
 
+@pytest.mark.parametrize(("classes", "kept"), [([], None), (["c", "a"], (0, 2))])
+def test_the_kept_class_ids_are_the_filters(classes: list[str], kept: object) -> None:
+    """What fusion drops of the cloud's answers (classes this camera does not detect)."""
+    config = _config(class_names=["a", "b", "c"], classes=classes)
+    assert Detector(MetadataRuntime(OVERLAPPING, {}), config).kept_class_ids == kept
+
+
 def test_classes_filter_names_must_be_known() -> None:
     with pytest.raises(ValidationError, match=r"unknown class 'dog'; the classes of class_names"):
         _config(classes=["a", "dog"])

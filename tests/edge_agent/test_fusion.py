@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from detection.detections import Detections
-from edge_agent.config.escalation import FusionConfig
-from edge_agent.tracking import FusedTracker
+from edge_agent.capture.frames import CapturedFrame
+from edge_agent.config import CameraConfig, EscalationConfig
+from edge_agent.config.escalation import FocusConfig, FusionConfig
+from edge_agent.config.motion import MotionConfig
+from edge_agent.config.tracker import TrackerConfig
+from edge_agent.escalation import EscalationDecision, FrameSignals, SignalSettings
+from edge_agent.pipeline import CameraPipeline
+from edge_agent.tracking import CameraTracker, FusedTracker, NoEmbedder
 from edge_agent.tracking.cloud_evidence import CloudTerms
 from edge_agent.tracking.fusion import CloudTrust, FusionSettings, fuse_answer
 
@@ -504,3 +512,67 @@ def test_the_box_fit_comes_from_the_config_in_frames() -> None:
     settings = FusionSettings.from_config(config, fps=10.0)
     assert (settings.fit_gain, settings.fit_frames) == (0.4, 10)
     assert FusionSettings.from_config(FusionConfig(), fps=25.0).fit_gain == 0.0  # off
+
+
+BOAT = 8  # a class the camera's detector drops (its `classes` filter keeps PERSON and CAR)
+
+
+def test_cloud_boxes_of_classes_the_edge_drops_confirm_seed_and_hint_nothing() -> None:
+    """The cloud model answers every class it knows; on a camera whose detector keeps persons
+    and cars, a cloud 'boat' over a person track is no confirmation (no hold, no vote) and a
+    lone one seeds no track and is no hint, exactly as if the cloud had not sent it."""
+    street = FusionSettings(classes=frozenset({PERSON, CAR}), hold_frames=6)
+    tracker = _one_track(0.9)
+    (track,) = tracker.tracks
+    far = (500.0, 50.0, 540.0, 150.0)
+    answer = _dets((*_moving_box(4), 0.9, BOAT), (*far, 0.9, BOAT))
+    result = fuse_answer(tracker, 4, answer, settings=street)
+    assert (result.matched, result.created, result.unexplained) == (0, 0, ())
+    assert track.cloud.hold == 0 and len(tracker.tracks) == 1
+    kept = fuse_answer(tracker, 4, _dets((*_moving_box(4), 0.9, PERSON)), settings=street)
+    assert kept.matched == 1 and track.cloud.hold == 6
+    every = fuse_answer(tracker, 4, answer, settings=replace(street, classes=None))
+    assert every.created == 1  # without a filter every class counts, as before
+
+
+def test_the_edges_classes_come_with_the_settings() -> None:
+    settings = FusionSettings.from_config(FusionConfig(), 10.0, [CAR, PERSON])
+    assert settings.classes == frozenset({PERSON, CAR})
+    assert FusionSettings.from_config(FusionConfig(), 10.0).classes is None
+    mixed = _dets((0.0, 0.0, 10.0, 10.0, 0.9, BOAT), (0.0, 0.0, 10.0, 10.0, 0.8, CAR))
+    assert settings.edge_classes(mixed).class_id.tolist() == [CAR]
+    assert len(settings.edge_classes(Detections.empty())) == 0
+
+
+class _SendFirst:
+    """An escalator sending the first frame it decides on, whole."""
+
+    def __init__(self) -> None:
+        self.signal_settings = SignalSettings.from_config(EscalationConfig())
+        self.decided = 0
+
+    def decide(self, signals: FrameSignals, camera: str) -> EscalationDecision:
+        self.decided += 1
+        send = self.decided == 1
+        return EscalationDecision(send=send, score=1.0, reasons=("refresh",) if send else ())
+
+
+def test_the_pipeline_drops_cloud_classes_its_detector_drops_before_fusing() -> None:
+    """The camera's detector keeps class 0 only: a confident cloud box of class 3 on the
+    escalated frame starts no track and is looked at by no crop, as if it had not come."""
+    camera = CameraConfig(
+        name="cam", url="/x.mp4", target_fps=10.0, motion=MotionConfig(enabled=False)
+    )
+    tracker = CameraTracker.from_config(TrackerConfig(embedder="none", n_init=1), 0.3, NoEmbedder())
+    pipeline = CameraPipeline(
+        camera, tracker, ["person", "bicycle", "car", "boat"],
+        fusion=FusionSettings(classes=frozenset({0})),
+        escalator=_SendFirst(), focus=FocusConfig(hint_ms=300, hint_min_score=0.3),
+    )  # fmt: skip
+    image = np.zeros((200, 200, 3), np.uint8)
+    pipeline.process(CapturedFrame("cam", 0, 100.0, 0.0, image), Detections.empty())
+    boat = Detections(np.array([[150.0, 150.0, 190.0, 170.0]]), np.array([0.9]), np.array([3]))
+    result = pipeline.fuse(0, boat)
+    assert result is not None and (result.created, result.unexplained) == (0, ())
+    assert pipeline.focus_tiles(CapturedFrame("cam", 1, 100.1, 0.1, image)) == []
+    assert pipeline.tracker.tracker.tracks == []
