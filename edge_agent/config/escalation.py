@@ -348,12 +348,13 @@ class FusionConfig(StrictModel):
         ),
     )
     min_held_score: float = Field(
-        default=0.05,
+        default=0.1,
         ge=0.0,
         le=1.0,
         description=(
             "A held box whose score has run down below this (see hold_half_life_ms) is no longer "
-            "reported."
+            "reported: past it the box has mostly drifted off its object, and every reported box "
+            "counts, whatever its rank."
         ),
     )
     fit_gain: float = Field(
