@@ -257,7 +257,8 @@ class FleetUpdater:
         self._evidence.observe(Sample(now, totals_of(self.agent)))
         return now
 
-    def _on_rollout(self, topic: str, payload: bytes) -> None:
+    def _on_rollout(self, topic: str, payload: bytes, *, act: bool = True) -> None:
+        """Take the rollout `payload` of `topic` in; with `act`, act on the groups' rollouts."""
         group = next(
             (g for g in self.settings.groups if rollout_topic(self.prefix, g) == topic), None
         )
@@ -287,7 +288,19 @@ class FleetUpdater:
             rollout.model,
             rollout.stage,
         )
-        self._reconcile()
+        if act:
+            self._reconcile()
+
+    def _take_pending(self) -> bool:
+        """Take in the rollouts that came meanwhile (without acting); whether any did."""
+        taken = False
+        while True:
+            try:
+                topic, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return taken
+            self._on_rollout(topic, payload, act=False)
+            taken = True
 
     # ---- deciding --------------------------------------------------------------------------
 
@@ -378,6 +391,14 @@ class FleetUpdater:
         record = record.model_copy(update={"path": path})
         self._count("downloaded")
         self._event("downloaded", ref, f"{manifest.bytes} bytes, sha256 checked", rollout)
+        if self._take_pending():  # a download takes a while: a halt may have come meanwhile
+            target = self._target()
+            if target is None or target[0] != ref:
+                logger.info("fleet: %s is no longer wanted here; not swapped in", ref)
+                self._save(self.state.model_copy(update={"pending": None}))
+                self._reconcile()
+                return
+            rollout = target[1]
         self._swap_in(record, rollout, started)
 
     def _mismatch(self, manifest: ModelManifest, ref: ModelRef) -> str | None:

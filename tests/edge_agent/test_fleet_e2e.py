@@ -59,9 +59,10 @@ WINDOW_S = 12.0  # evidence window: most of the scene's 14.4 s loop
 # ---- models -----------------------------------------------------------------------------------
 
 
-def _variant(out: Path, note: str, score_scale: float | None = None) -> Path:
-    """The committed edge model with a metadata entry `note` (new bytes); with `score_scale`,
-    every class score of its `(B, 4 + C, N)` output multiplied by it."""
+def _variant(out: Path, note: str, score_scale: float | None = None, pad_bytes: int = 0) -> Path:
+    """The committed edge model with a metadata entry `note` (new bytes; `pad_bytes` more of
+    them, for a slower download); with `score_scale`, every class score of its `(B, 4 + C, N)`
+    output multiplied by it."""
     onnx = pytest.importorskip("onnx")
     from onnx import helper, numpy_helper
 
@@ -77,7 +78,7 @@ def _variant(out: Path, note: str, score_scale: float | None = None) -> Path:
         graph.initializer.append(numpy_helper.from_array(scale.reshape(1, 4 + classes, 1), "s"))
         graph.node.append(helper.make_node("Mul", [raw, "s"], [output], name="fleet_test_scale"))
     entry = model.metadata_props.add()
-    entry.key, entry.value = "fleet_test_note", note
+    entry.key, entry.value = "fleet_test_note", note + " " * pad_bytes
     onnx.save(model, str(out))
     return out
 
@@ -524,6 +525,17 @@ def test_power_cuts_tampering_and_wrong_signatures_leave_a_good_model_running(
            "--broker", f"{HOST}:{fleet.central.port}")  # fmt: skip
     box.wait_event("reverted", new)
     box.wait("box-k back on edge:2", _runs(box, good))
+
+    # 4b. a rollout halted while the canary downloads its model: downloaded, never swapped in
+    slow = _variant(fleet.tmp / "edge-7.onnx", "halted mid-download", pad_bytes=20_000_000)
+    late = fleet.publish(slow, "7")  # ~15 s to download: the halt comes first
+    fleet.start("7", "--canary", "box-k")
+    part = box.home / "fleet" / "models" / f"{late}.part"
+    box.wait("a part of edge:7 is on disk", lambda: part.is_file())
+    _fleet("halt", "--key", str(fleet.key), "--group", GROUP, "--prefix", PREFIX,
+           "--broker", f"{HOST}:{fleet.central.port}")  # fmt: skip
+    box.wait("edge:7 is dropped", lambda: "is no longer wanted here" in box.log())
+    assert not _swapped_to(box, late) and box.running() == good
 
     # 5. a tampered artifact: refused with one clear line, nothing loaded
     tampered = fleet.publish(_variant(fleet.tmp / "edge-5.onnx", "to be tampered"), "5")
