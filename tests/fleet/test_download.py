@@ -5,7 +5,11 @@ The same code over HTTPS (nginx, Range requests, a cut connection) is in test_ht
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -170,3 +174,28 @@ def test_an_unreachable_store(tmp_path: Path, published: Published) -> None:
         downloader.manifest("edge-det", "1.0.0")
     with pytest.raises(DownloadError, match="cannot reach"):
         downloader.artifact(published.signed.manifest)
+
+
+@pytest.fixture
+def plain_http_store(published: Published) -> Iterator[str]:
+    """The store behind the standard library's HTTP server, which ignores `Range` (answers 200)."""
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(published.store.root)
+    )
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_without_range_support_starts_over(
+    published: Published, plain_http_store: str, tmp_path: Path
+) -> None:
+    downloader = Downloader(plain_http_store, tmp_path / "cache", timeout_s=10)
+    manifest = downloader.manifest("edge-det", "1.0.0").manifest
+    whole = published.artifact.read_bytes()
+    downloader.cache_dir.mkdir()
+    downloader.part_path(manifest.sha256).write_bytes(whole[:1000])
+    assert downloader.artifact(manifest).read_bytes() == whole
