@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -154,57 +155,29 @@ def test_a_busy_settled_frame_is_not_hard_and_a_new_doubt_is() -> None:
     policy = EscalationPolicy.from_config(config, clock=lambda: 0.0)
     a, b = Track(1, A), Track(2, (110.0, 100.0, 150.0, 200.0))
     detections = _frame([a, b], [0.5, 0.5], [1, 2])
-    before = FrameSignals.from_frame(
-        detections, [a, b], 640, 480, SignalSettings.from_config(config)
-    )
+    settings = SignalSettings.from_config(config)
+
+    def signals_of(frame: Detections, **memory_says: Any) -> FrameSignals:
+        return FrameSignals.from_frame(frame, [a, b], 640, 480, settings, **memory_says)
+
+    before = signals_of(detections)
     assert policy.decide(before, "cam", 0.0).send
     assert len(before.uncertain) == 2 and len(before.crowded) == 2
     memory = VerificationMemory(config.signals.verification, FPS)
     memory.record([a, b], {1, 2}, frame_index=1)
     settled = memory.settled([a, b], 2)
-    after = FrameSignals.from_frame(
-        detections, [a, b], 640, 480, SignalSettings.from_config(config), settled=settled
-    )
+    after = signals_of(detections, settled=settled)
     assert after.uncertain == () and after.crowded == ()
     assert not policy.decide(after, "cam", 1.0).reasons
     # an untracked doubt elsewhere, never looked at by the cloud: hard again
     c = Track(-1, (400.0, 300.0, 440.0, 400.0))
     more = _frame([a, b, c], [0.5, 0.5, 0.5], [1, 2, -1])
-    signals = FrameSignals.from_frame(
-        more, [a, b], 640, 480, SignalSettings.from_config(config), settled=settled
-    )
-    assert signals.uncertain == (c.box,)
+    assert signals_of(more, settled=settled).uncertain == (c.box,)
     # ... unless the cloud looked at that very box, or at that place lately
-    looked = FrameSignals.from_frame(
-        more,
-        [a, b],
-        640,
-        480,
-        SignalSettings.from_config(config),
-        settled=settled,
-        settled_boxes=[c.box],
-    )
-    assert looked.uncertain == ()
+    assert signals_of(more, settled=settled, settled_boxes=[c.box]).uncertain == ()
     there = (380.0, 280.0, 460.0, 420.0)
-    place = FrameSignals.from_frame(
-        more,
-        [a, b],
-        640,
-        480,
-        SignalSettings.from_config(config),
-        settled=settled,
-        verified_regions=[there],
-    )
-    assert place.uncertain == ()
-    elsewhere = FrameSignals.from_frame(
-        more,
-        [a, b],
-        640,
-        480,
-        SignalSettings.from_config(config),
-        settled=settled,
-        verified_regions=[A],
-    )
+    assert signals_of(more, settled=settled, verified_regions=[there]).uncertain == ()
+    elsewhere = signals_of(more, settled=settled, verified_regions=[A])
     assert elsewhere.uncertain == (c.box,)
 
 
