@@ -549,20 +549,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except CliError as error:
-        print(f"fleet: {error}", file=sys.stderr)
-        return error.code
+        return _fail(str(error), error.code)
     except (SignatureError, ManifestError) as error:
-        print(f"fleet: refused: {error}", file=sys.stderr)
-        return 1
+        return _fail(f"refused: {error}", 1)
     except DownloadError as error:
-        code = 1 if "hash mismatch" in str(error) else 2
-        print(f"fleet: {'refused: ' if code == 1 else ''}{error}", file=sys.stderr)
-        return code
+        refused = "hash mismatch" in str(error)
+        return _fail(f"refused: {error}" if refused else str(error), 1 if refused else 2)
     except (KeyLoadError, StoreError, BrokerError, ValueError) as error:
-        print(f"fleet: {error}", file=sys.stderr)
-        return 2
+        return _fail(str(error), 2)
     except KeyboardInterrupt:
         return 130
+
+
+def _fail(message: str, code: int) -> int:
+    """One line on stderr, whatever the message held (a pydantic error spans several)."""
+    print(f"fleet: {' '.join(message.split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":
