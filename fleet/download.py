@@ -32,7 +32,7 @@ from fleet.manifest import ManifestError, ModelManifest
 from fleet.names import check_sha256
 from fleet.store import SignedManifest, blob_path, index_path, manifest_path
 
-__all__ = ["DownloadError", "Downloader"]
+__all__ = ["ArtifactMismatch", "BudgetExceeded", "DownloadError", "Downloader"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,15 @@ _USER_AGENT: Final = "edge-cloud-video-analytics-fleet/1"
 
 class DownloadError(Exception):
     """A manifest or artifact could not be fetched, did not verify, or does not fit the budget."""
+
+
+class ArtifactMismatch(DownloadError):
+    """The store served other bytes than the manifest names (hash or length): another try from
+    the same store cannot mend it."""
+
+
+class BudgetExceeded(DownloadError):
+    """The artifact does not fit the disk budget beside the models that must be kept."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +231,7 @@ class Downloader:
                 "evicted %s (%d bytes) to stay under the disk budget", entry.path.name, entry.size
             )
         if total + needed > self.budget_bytes:
-            raise DownloadError(
+            raise BudgetExceeded(
                 f"{manifest.ref} ({manifest.bytes} bytes) does not fit the disk budget of "
                 f"{self.budget_bytes} bytes: {total} bytes are cached and kept "
                 f"({len(keep)} model(s) kept)"
@@ -255,7 +264,7 @@ class Downloader:
             digest = _sha256_of(part)
             if digest != manifest.sha256:
                 part.unlink(missing_ok=True)
-                raise DownloadError(
+                raise ArtifactMismatch(
                     f"hash mismatch for {manifest.ref}: the store's {blob_path(manifest.sha256)} "
                     f"hashes to {digest[:12]}; discarded, nothing loaded"
                 )
@@ -300,7 +309,7 @@ class Downloader:
                 )
             if stream.read(1):
                 part.unlink(missing_ok=True)
-                raise DownloadError(
+                raise ArtifactMismatch(
                     f"{relative} is longer than the manifest's {manifest.bytes} bytes: discarded"
                 )
 

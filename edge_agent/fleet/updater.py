@@ -55,7 +55,7 @@ from edge_agent.metrics import EdgeMetrics
 from edge_agent.pipeline import EdgeAgent
 from edge_agent.pipeline.model_swap import ModelIdentity
 from edge_agent.pipeline.reload import ReloadRefused
-from fleet.download import Downloader, DownloadError
+from fleet.download import ArtifactMismatch, BudgetExceeded, Downloader, DownloadError
 from fleet.manifest import RUNTIME_DETECTOR_TYPE, ManifestError, ModelManifest, ModelRef
 from fleet.rollout import Rollout, SignedRollout, desired, events_topic, rollout_topic, status_topic
 from fleet.signing import SignatureError, Verifier
@@ -379,14 +379,14 @@ class FleetUpdater:
         self._set("downloading", f"downloading {ref} ({manifest.bytes} bytes)")
         try:
             path = self._downloader.artifact(manifest, keep=self.state.keep())
+        except ArtifactMismatch as exc:  # the store serves other bytes: not a network hiccup
+            self._refuse(ref, f"artifact of {ref} refused: {exc}")
+            return
+        except BudgetExceeded as exc:  # a bigger disk_budget_mb and a restart try again
+            self._refuse(ref, f"{ref} refused: {exc}", reject=False)
+            return
         except DownloadError as exc:
-            # fleet.download says which failures another try cannot mend only in its message
-            if "hash mismatch" in str(exc):  # the store serves other bytes: not a network hiccup
-                self._refuse(ref, f"artifact of {ref} refused: {exc}")
-            elif "does not fit" in str(exc):  # a bigger disk_budget_mb and a restart try again
-                self._refuse(ref, f"{ref} refused: {exc}", reject=False)
-            else:
-                self._retry(f"artifact of {ref}: {exc}")
+            self._retry(f"artifact of {ref}: {exc}")
             return
         record = record.model_copy(update={"path": path})
         self._count("downloaded")

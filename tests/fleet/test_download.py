@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.download import Downloader, DownloadError
+from fleet.download import ArtifactMismatch, BudgetExceeded, Downloader, DownloadError
 from fleet.store import blob_path
 
 from .conftest import Published, write_artifact
@@ -58,7 +58,7 @@ def test_a_part_with_wrong_bytes_is_discarded_and_the_next_try_succeeds(
     manifest = published.signed.manifest
     downloader.cache_dir.mkdir()
     downloader.part_path(manifest.sha256).write_bytes(b"\0" * 1000)
-    with pytest.raises(DownloadError, match="hash mismatch .* discarded, nothing loaded"):
+    with pytest.raises(ArtifactMismatch, match="hash mismatch .* discarded, nothing loaded"):
         downloader.artifact(manifest)
     assert not downloader.part_path(manifest.sha256).exists()
     assert not downloader.final_path(manifest).exists()
@@ -74,7 +74,7 @@ def test_a_tampered_blob_is_refused_and_nothing_is_left(
     data[1000] ^= 0xFF
     blob.write_bytes(bytes(data))
     downloader = _downloader(published, tmp_path / "cache")
-    with pytest.raises(DownloadError, match="hash mismatch"):
+    with pytest.raises(ArtifactMismatch, match="hash mismatch"):
         downloader.artifact(manifest)
     assert list(downloader.cache_dir.glob("*.onnx")) == []
     assert list(downloader.cache_dir.glob("*.part")) == []
@@ -85,7 +85,7 @@ def test_a_longer_blob_is_refused(published: Published, tmp_path: Path) -> None:
     blob = published.store.root / blob_path(manifest.sha256)
     blob.write_bytes(blob.read_bytes() + b"more")
     downloader = _downloader(published, tmp_path / "cache")
-    with pytest.raises(DownloadError, match="longer than the manifest"):
+    with pytest.raises(ArtifactMismatch, match="longer than the manifest"):
         downloader.artifact(manifest)
     assert list(downloader.cache_dir.iterdir()) == [downloader.cache_dir / ".lock"]
 
@@ -98,8 +98,9 @@ def test_a_shorter_blob_keeps_the_part_for_the_next_try(
     whole = blob.read_bytes()
     blob.write_bytes(whole[:200_000])
     downloader = _downloader(published, tmp_path / "cache")
-    with pytest.raises(DownloadError, match="cut short at 200000 of 300000 bytes"):
+    with pytest.raises(DownloadError, match="cut short at 200000 of 300000 bytes") as cut:
         downloader.artifact(manifest)
+    assert not isinstance(cut.value, ArtifactMismatch | BudgetExceeded)  # another try mends it
     assert downloader.part_path(manifest.sha256).stat().st_size == 200_000
     blob.write_bytes(whole)
     assert downloader.artifact(manifest).read_bytes() == whole
@@ -147,10 +148,10 @@ def test_budget_refuses_what_cannot_fit(published: Published, tmp_path: Path) ->
     second = _publish(published, tmp_path, "2", 300_000)
     downloader = _downloader(published, tmp_path / "cache", budget_bytes=500_000)
     downloader.artifact(first)
-    with pytest.raises(DownloadError, match="does not fit the disk budget of 500000 bytes"):
+    with pytest.raises(BudgetExceeded, match="does not fit the disk budget of 500000 bytes"):
         downloader.artifact(second, keep={first.sha256})  # type: ignore[arg-type]
     small = Downloader(published.store.root.as_uri(), tmp_path / "c2", budget_bytes=1000)
-    with pytest.raises(DownloadError, match="does not fit"):
+    with pytest.raises(BudgetExceeded, match="does not fit"):
         small.artifact(first)
 
 
