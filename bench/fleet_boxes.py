@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from bench._edge_common import MODELS, class_names, ensure_scene
+from bench.edge._edge_common import MODELS, class_names, ensure_scene
 from fleet.broker import BrokerLink, BrokerOptions
 from fleet.manifest import ModelManifest, utc_now_iso
 from fleet.rollout import Rollout, SignedRollout, rollout_topic, status_filter

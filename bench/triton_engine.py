@@ -64,7 +64,7 @@ import grpc
 import numpy as np
 
 from bench._cloud_common import windowed_stream
-from bench._edge_common import REPO_ROOT, decode_all, ensure_scene
+from bench.edge._edge_common import REPO_ROOT, decode_all, ensure_scene
 
 CLOUD_MODEL = REPO_ROOT / "models" / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
 RESULTS = REPO_ROOT / "bench" / "results"

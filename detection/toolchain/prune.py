@@ -22,7 +22,7 @@ from detection.toolchain.export import offline_environment
 logger = logging.getLogger(__name__)
 
 # Layer widths stay multiples of 4: CPU kernels vectorise over channels, and odd widths made the
-# pruned network slower than the original in ONNX Runtime (bench.edge_prune, ratio 0.2: 36 %
+# pruned network slower than the original in ONNX Runtime (bench.edge.edge_prune, ratio 0.2: 36 %
 # fewer MACs, 15.1 vs 12.5 ms). Multiples of 8 would halve YOLOv5n's 16-channel layers.
 ROUND_TO = 4
 

@@ -302,7 +302,7 @@ class EscalationStage:
 
 ENCODER_NICENESS_STEP = 10
 """How much nicer than the frame loop the escalation encoder thread runs (Linux niceness is per
-thread). Measured with `bench.edge_pipeline --escalation --pin` (edge on one core)."""
+thread). Measured with `bench.edge.edge_pipeline --escalation --pin` (edge on one core)."""
 
 
 def _yield_to_the_frame_loop() -> None:

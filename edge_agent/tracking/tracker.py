@@ -533,7 +533,8 @@ class DeepSortTracker:
             )
             # Unlike the original DeepSORT (only tracks lost for one frame), IoU may rescue any
             # track the appearance cascade left: measured on the generated scenes, appearance
-            # alone lost tracks after short occlusions and cost IDF1 (see bench.tracking_quality).
+            # alone lost tracks after short occlusions and cost IDF1 (see
+            # bench.edge.tracking_quality).
             iou_tracks = unconfirmed + list(cascade.unmatched_tracks)
             left_over = [t for t in cascade.unmatched_tracks if t not in iou_tracks]
             matches, remaining = cascade.matches, cascade.unmatched_detections

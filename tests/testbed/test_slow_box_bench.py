@@ -1,6 +1,6 @@
-"""`bench.slow_box_alerts`: the slow runtime it holds the agent down with, and its scoring.
+"""`bench.edge.slow_box_alerts`: the slow runtime it holds the agent down with, and its scoring.
 
-The bench itself runs the live agent in real time (minutes, `python -m bench.slow_box_alerts`);
+The bench itself runs the live agent in real time (minutes, `python -m bench.edge.slow_box_alerts`);
 here the slow runtime runs on the real committed edge model, and the table on known runs.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.slow_box_alerts import PacedRuntime, Run, markdown, rows_of
+from bench.edge.slow_box_alerts import PacedRuntime, Run, markdown, rows_of
 from detection.runtimes.base import create_runtime
 from detection.runtimes.config import OnnxRuntimeConfig
 

@@ -1,6 +1,6 @@
 """Fitted vs square letterbox on the edge ONNX model: detector time per frame, side by side.
 
-    python -m bench.letterbox_fit [--frames 150] [--threads 2]
+    python -m bench.edge.letterbox_fit [--frames 150] [--threads 2]
 
 The `events` scene (640x360, 16:9) through the committed dynamic-shape edge model at
 `input_size` 320x320: `fixed` pads every frame to the square, `fit` runs it at 192x320 (the
@@ -17,12 +17,12 @@ import statistics
 import time
 from typing import Literal
 
-from bench._edge_common import MODELS, REPO_ROOT, class_names, decode_all, ensure_scene
+from bench.edge._edge_common import MODELS, class_names, decode_all, ensure_scene
+from bench.harness import RESULTS
 from detection.config import DetectorConfig
 from detection.detector import Detector
 from detection.runtimes.config import OnnxRuntimeConfig
 
-RESULTS = REPO_ROOT / "bench" / "results"
 VARIANTS: tuple[Literal["fixed", "fit"], ...] = ("fixed", "fit")
 
 
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     print(table)
     header = (
-        f"# Fitted vs square letterbox\n\n`python -m bench.letterbox_fit --frames {args.frames} "
+        f"# Fitted vs square letterbox\n\n"
+        f"`python -m bench.edge.letterbox_fit --frames {args.frames} "
         f"--threads {args.threads}`: edge ONNX model, `events` scene 640x360, "
         f"{len(times['fixed'])} timed frames each, interleaved.\n\n"
     )

@@ -1,6 +1,6 @@
 """Tracking quality of the edge pipeline on generated scenes of every scenario, per embedder.
 
-    python -m bench.tracking_quality [--quick] [--seed 1] [--frames N] [--threads 2] \
+    python -m bench.edge.tracking_quality [--quick] [--seed 1] [--frames N] [--threads 2] \
         [--set tracker_field=value ...]
 
 For each scenario (quiet, crowded, small_far, events) one seeded scene is rendered into
@@ -20,10 +20,10 @@ import argparse
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import ValidationError
 
+from bench.harness import REPO_ROOT
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
@@ -41,7 +41,6 @@ from testbed.tracking_eval import (
     oracle_detections,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = REPO_ROOT / "models"
 CACHE = REPO_ROOT / ".cache"
 SEED_BASE = 950_000  # far from the training (0..299 999) and accuracy test seeds

@@ -1,6 +1,6 @@
 """What abusive clients cost the edge agent's status page: resident memory of the server process.
 
-    python -m bench.web_abuse [--server new|old] [--mib 200] [--results-dir bench/results]
+    python -m bench.edge.web_abuse [--server new|old] [--mib 200] [--results-dir bench/results]
 
 Each probe starts the status page alone in a fresh child process (`--serve`: basic auth, bound
 to 0.0.0.0 as on a box reachable from the LAN, `client_timeout_s` 2 s, a 32 MiB media file),
@@ -38,7 +38,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from bench.harness import REPO_ROOT
+
 OLD_SERVER_COMMIT = "720c258"
 _PASSWORD = "bench-pass"  # noqa: S105 (a throwaway secret for the child process)
 _BLOCK = b"x" * 1_048_576
@@ -231,7 +232,15 @@ def _healthy(port: int) -> bool:
 def run_probe(name: str, server: str, mib: int, media_dir: Path) -> ProbeResult:
     """`name` against a fresh `server` process."""
     child = subprocess.Popen(  # noqa: S603 (our own module)
-        [sys.executable, "-m", "bench.web_abuse", "--serve", server, "--media-dir", str(media_dir)],
+        [
+            sys.executable,
+            "-m",
+            "bench.edge.web_abuse",
+            "--serve",
+            server,
+            "--media-dir",
+            str(media_dir),
+        ],
         cwd=REPO_ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -1,6 +1,7 @@
 """Per-block INT8 sensitivity search on the edge model: which blocks to keep in float.
 
-    python -m bench.int8_sensitivity [--max-drop 0.015] [--max-float-blocks 4] [--test-scenes 2]
+    python -m bench.edge.int8_sensitivity [--max-drop 0.015] [--max-float-blocks 4] \
+        [--test-scenes 2]
 
 Rebuilds the edge network from its committed ONNX export, exports it to float TFLite, and runs
 `detection.toolchain.sensitivity.search` with the committed model's calibration (the seed-0
@@ -16,18 +17,17 @@ import argparse
 import json
 import logging
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from bench import harness
+from bench.harness import REPO_ROOT, RESULTS
 from detection.toolchain.dataset import LabelledDataset
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = REPO_ROOT / "models"
 EDGE_ONNX = MODELS / "edge" / "edge-yolov5n-320.onnx"
 EDGE_INT8 = MODELS / "edge" / "edge-yolov5n-320-int8.tflite"
-RESULTS = REPO_ROOT / "bench" / "results"
 WORK = REPO_ROOT / ".cache" / "int8-sensitivity"
 IMGSZ = 320
 
@@ -155,14 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     lines += [
         "",
-        f"{time.perf_counter() - started:.0f} s; `python -m bench.int8_sensitivity "
-        f"{' '.join(sys.argv[1:] if argv is None else argv)}`",
+        f"{time.perf_counter() - started:.0f} s; `{harness.command_line(__spec__.name, argv)}`",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "int8_sensitivity.md").write_text(text)
         record = {
             "fp32_val_map50_95": fp32_val,
             "sensitivity": result.sensitivity,
@@ -173,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             "chosen_float_blocks": list(chosen.float_blocks),
             "rows": rows,
         }
-        (RESULTS / "int8_sensitivity.json").write_text(json.dumps(record, indent=2) + "\n")
+        harness.write_results("int8_sensitivity", text, record, RESULTS, indent=2)
     return 0
 
 

@@ -1,16 +1,16 @@
 """What event media cost the edge agent's frame loop: media off vs snapshots vs snapshots+clips.
 
-    python -m bench.snapshot_cost [--frames 720] [--chunk 30] [--threads 2]
+    python -m bench.edge.snapshot_cost [--frames 720] [--chunk 30] [--threads 2]
         [--model litert-int8] [--vp8] [--results-dir bench/results]
 
 Frames: the `events` scene (640x360, 25 fps, 360 frames, generated once into .cache; looped),
 whose rules (zone enter / exit, loiter, line cross) fire every second or so. Each variant is an
 `EdgeAgent.from_config` with its `media:` section (tracker, rules, SQLite outbox, a real
-Mosquitto; no capture threads: each frame goes
-into the camera's newest-frame slot, then `step(0)`, as in `bench.edge_pipeline`), on the scene's
-own timestamps; the store's clock (clip stall time-outs, retention) is the scene's too, so the
-pauses while the other variants run do not cut clips short. Variants, run interleaved chunk by
-chunk (the order rotating each round) so the drift of this shared machine hits them alike:
+Mosquitto; no capture threads: each frame goes into the camera's newest-frame slot, then
+`step(0)`, as in `bench.edge.edge_pipeline`), on the scene's own timestamps; the store's clock
+(clip stall time-outs, retention) is the scene's too, so the pauses while the other variants run
+do not cut clips short. Variants, run interleaved chunk by chunk (the order rotating each round)
+so the drift of this shared machine hits them alike:
 - off: no media;
 - snapshots: a `MediaStore` with the annotated snapshot and the clean crop of every event start;
 - snapshots+clips: also clips (3 s before, 5 s after, 5 fps, `mp4v`, the default): every
@@ -46,15 +46,15 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from bench._edge_common import (
-    REPO_ROOT,
+from bench.edge._edge_common import (
     agent_config,
     decode_all,
     embedder_named,
     ensure_scene,
     temp_dir,
 )
-from bench.edge_pipeline import FrameReader, SceneClock
+from bench.edge.edge_pipeline import FrameReader, SceneClock
+from bench.harness import RESULTS
 from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.config.media import MediaConfig
@@ -69,7 +69,6 @@ CONNECT_TIMEOUT_S = 10.0
 SETTLE_TIMEOUT_S = 60.0
 WARMUP_FRAMES = 5
 GOAL = 0.95
-RESULTS = REPO_ROOT / "bench" / "results"
 
 logger = logging.getLogger(__name__)
 

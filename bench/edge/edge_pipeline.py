@@ -1,6 +1,6 @@
 """Edge-agent frame-loop throughput against the bare detector, same model and threads.
 
-    python -m bench.edge_pipeline [--frames 360] [--chunk 30] [--threads 2]
+    python -m bench.edge.edge_pipeline [--frames 360] [--chunk 30] [--threads 2]
         [--models litert-int8,onnx] [--embedders none,histogram] [--cameras 1,4] [--no-decode]
         [--escalation]
 
@@ -57,7 +57,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from bench._edge_common import (
+from bench.edge._edge_common import (
     agent_config,
     decode_all,
     embedder_named,

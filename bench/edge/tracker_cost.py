@@ -1,6 +1,6 @@
 """Cost of tracking per frame by embedder and embedding policy, and of the CNN embedder per crop.
 
-    python -m bench.tracker_cost [--frames 30] [--quick]
+    python -m bench.edge.tracker_cost [--frames 30] [--quick]
 
 Table 1: `CameraTracker.update` per frame (embedding included) for 10 / 50 / 200 objects moving
 at constant velocity (boxes synthetic, pixels from a real 1280x720 generated frame, so crops are
@@ -17,11 +17,11 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from bench.harness import REPO_ROOT
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking import (
@@ -34,7 +34,6 @@ from edge_agent.tracking import (
 from edge_agent.tracking.cnn_embedder import crop_boxes
 from testbed.scenes.scenario import build_renderer, make_scenario
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO_ROOT / "models" / "embedder"
 MEDIA_CACHE = REPO_ROOT / ".cache" / "media"
 THREADS = 2

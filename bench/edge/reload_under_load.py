@@ -14,7 +14,7 @@ dropped (replaced before the loop took them), and the longest gap between two of
 frames; for the reloads, how long the frame loop spent applying each. Prints a table and writes
 `bench/results/reload_under_load.md` and `.json`.
 
-    python -m bench.reload_under_load [--seconds 30] [--every-s 2]
+    python -m bench.edge.reload_under_load [--seconds 30] [--every-s 2]
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench._edge_common import REPO_ROOT, agent_config, ensure_scene, temp_dir
+from bench.edge._edge_common import agent_config, ensure_scene, temp_dir
+from bench.harness import RESULTS
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
 
-RESULTS = REPO_ROOT / "bench" / "results"
 UNTOUCHED = "cam-0"
 
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     header = (
-        "# Reloads under load\n\n`python -m bench.reload_under_load "
+        "# Reloads under load\n\n`python -m bench.edge.reload_under_load "
         f"--seconds {args.seconds:g} --every-s {args.every_s:g} --model {args.model} "
         f"--target-fps {args.target_fps:g}` (2-core machine; two cameras replay the events scene "
         "live at 25 fps, each analysed at the target rate; slot drops are frames the loop did "

@@ -1,7 +1,7 @@
 """Alerts when the box cannot keep up: the agent's frame loop on `events` scenes with frames
 dropped, as a slow edge box drops them (it analyses the newest frame and skips the rest).
 
-    python -m bench.frame_drops [--seeds 1,980001,980002] [--runs 10]
+    python -m bench.edge.frame_drops [--seeds 1,980001,980002] [--runs 10]
 
 Each scene is detected once with the edge INT8 model (the e2e tests' detector settings); then
 the agent's `CameraPipeline` (tracker, rules) runs over the frames each drop pattern keeps,
@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from bench import harness
 from bench._hybrid_sim import SCENE_START_S, observed_events
-from bench.edge_pipeline import detector_for
+from bench.edge.edge_pipeline import detector_for
+from bench.harness import REPO_ROOT, RESULTS
 from detection.detections import Detections
 from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig
@@ -37,8 +39,6 @@ from edge_agent.tracking import CameraTracker, NoEmbedder
 from testbed.alert_check import SceneEvent, load_expected, match_events, scene_agent_config
 from testbed.tracking_eval import ensure_scene
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results"
 SCENES_DIR = REPO_ROOT / ".cache" / "frame-drops-scenes"
 MEDIA_CACHE_DIR = REPO_ROOT / ".cache" / "media"
 EDGE_MODEL = REPO_ROOT / "models" / "edge" / "edge-yolov5n-320-int8.tflite"
@@ -155,7 +155,7 @@ def markdown(tallies: Sequence[Tally], scenes: Sequence[str], wall_s: float) -> 
     lines = [
         "# Alerts when frames are dropped",
         "",
-        "`python -m bench.frame_drops`",
+        "`python -m bench.edge.frame_drops`",
         "",
         f"Scenes: {', '.join(scenes)} (`events` preset, 640x360, 25 fps, 14.4 s); edge INT8 "
         "model, tracker and rules as the e2e tests configure them; frames stamped on the clip's "
@@ -204,11 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     wall_s = time.perf_counter() - started
     text = markdown(tallies, [s.name for s in scenes], wall_s)
     print(text)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "frame_drops.md").write_text(text)
     records = [{"name": t.pattern, **asdict(t)} for t in tallies]
     document = {"scenes": [s.name for s in scenes], "wall_s": round(wall_s, 1), "records": records}
-    (args.results_dir / "frame_drops.json").write_text(json.dumps(document, indent=1) + "\n")
+    harness.write_results("frame_drops", text, document, args.results_dir)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Alerts on a box slower than its camera: the live edge agent on `events` scenes with its
 analysis held to 25 %, 20 % and 10 % of the camera's frame rate.
 
-    python -m bench.slow_box_alerts [--seeds 1,980001,980002] [--shares 0.25,0.2,0.1]
+    python -m bench.edge.slow_box_alerts [--seeds 1,980001,980002] [--shares 0.25,0.2,0.1]
                                     [--quota-cores 0.3] [--no-previous]
 
 Each run is the real agent (`EdgeAgent`: capture thread, newest-frame slot, detector, tracker,
@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from bench.harness import REPO_ROOT, RESULTS
 from detection.detector import Detector
 from detection.runtimes.base import InputSpec, Runtime, create_runtime, runtime_metadata
 from edge_agent.alerts import AlertPublisher
@@ -53,9 +54,7 @@ from testbed.alert_check import SceneEvent, load_expected, match_events, scene_a
 from testbed.processes import CpuGroup, free_tcp_port
 from testbed.tracking_eval import Scene, ensure_scene
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results"
-SCENES_DIR = REPO_ROOT / ".cache" / "frame-drops-scenes"  # shared with bench.frame_drops
+SCENES_DIR = REPO_ROOT / ".cache" / "frame-drops-scenes"  # shared with bench.edge.frame_drops
 MEDIA_CACHE_DIR = REPO_ROOT / ".cache" / "media"
 EDGE_MODEL = REPO_ROOT / "models" / "edge" / "edge-yolov5n-320-int8.tflite"
 TOLERANCE_S = 1.0
@@ -297,7 +296,7 @@ def markdown(rows: list[Row], runs: list[Run], scenes: list[str], wall_s: float,
     lines = [
         "# Alerts on a box slower than its camera",
         "",
-        "`python -m bench.slow_box_alerts`",
+        "`python -m bench.edge.slow_box_alerts`",
         "",
         f"Scenes: {', '.join(scenes)} (`events` preset, 640x360, 25 fps, 14.4 s), each read "
         "from its file paced at 25 frames/s like a camera; the live edge agent (capture thread, "

@@ -1,6 +1,6 @@
 """Structured channel pruning of the edge model, fine-tuned back: FLOPs, latency and mAP.
 
-    python -m bench.edge_prune [--ratio 0.15] [--epochs 15] [--test-scenes 2]
+    python -m bench.edge.edge_prune [--ratio 0.15] [--epochs 15] [--test-scenes 2]
 
 Rebuilds the edge network from its committed ONNX export with batch norms re-inserted
 (`onnx_weights.trainable_checkpoint_from_onnx`), prunes `--ratio` of the channels of every
@@ -17,12 +17,12 @@ import argparse
 import json
 import logging
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.int8_sensitivity import EDGE_ONNX, MODELS, REPO_ROOT, RESULTS, _data, held_out_sets
+from bench import harness
+from bench.edge.int8_sensitivity import EDGE_ONNX, MODELS, REPO_ROOT, RESULTS, _data, held_out_sets
 
 WORK = REPO_ROOT / ".cache" / "edge-prune"
 IMGSZ = 320
@@ -92,15 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{(row['test_mean_map50_95'] - base['test_mean_map50_95']) * 100:+.2f} | "
             f"{row['test_mean_map50']:.4f} |"
         )
-    command = " ".join(sys.argv[1:] if argv is None else argv)
-    lines += ["", f"{time.perf_counter() - started:.0f} s; `python -m bench.edge_prune {command}`"]
+    command = harness.command_line(__spec__.name, argv)
+    lines += ["", f"{time.perf_counter() - started:.0f} s; `{command}`"]
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "edge_prune.md").write_text(text)
         record = {"ratio": args.ratio, "epochs": args.epochs, "lr0": args.lr0, "rows": rows}
-        (RESULTS / "edge_prune.json").write_text(json.dumps(record, indent=2) + "\n")
+        harness.write_results("edge_prune", text, record, RESULTS, indent=2)
     return 0
 
 

@@ -1,6 +1,6 @@
 """End-to-end latency of the edge agent at steady state, bucketed over time, with its memory.
 
-    python -m bench.edge_latency_soak [--cameras 1,4] [--duration-s 600 | --quick]
+    python -m bench.edge.edge_latency_soak [--cameras 1,4] [--duration-s 600 | --quick]
         [--bucket-s 60] [--model litert-int8|onnx] [--threads 2] [--embedder histogram|none]
         [--target-fps 25] [--shared-server]
 
@@ -42,7 +42,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from bench._edge_common import (
+from bench.edge._edge_common import (
     REPO_ROOT,
     agent_config,
     embedder_named,
@@ -269,7 +269,7 @@ def soak(args: argparse.Namespace, cameras: int) -> tuple[list[dict[str, Any]], 
             topic = f"{config.mqtt.topic_prefix}/{config.agent.id}/events/#"
             subscriber = AlertSubscriber(broker.host, broker.port, topic)
             records: list[dict[str, Any]] = []
-            command = [sys.executable, "-m", "bench.edge_latency_soak", "--role", "agent"]
+            command = [sys.executable, "-m", "bench.edge.edge_latency_soak", "--role", "agent"]
             command += ["--config", str(config_path), "--embedder", args.embedder]
             command += ["--duration-s", str(args.duration_s), "--bucket-s", str(args.bucket_s)]
             process = subprocess.Popen(  # noqa: S603 (this module)

@@ -1,6 +1,7 @@
 """Shared pieces of the edge-agent benches: the scene, the broker, agent configs and stats.
 
-Used by `bench.edge_pipeline` (throughput) and `bench.edge_latency_soak` (latency over time).
+Used by `bench.edge.edge_pipeline` (throughput) and `bench.edge.edge_latency_soak` (latency over
+time).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from bench.harness import REPO_ROOT
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.tracking import Embedder, HistogramEmbedder, NoEmbedder
 from testbed.alert_check import scene_agent_config
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     "litert-int8": REPO_ROOT / "models" / "edge" / "edge-yolov5n-320-int8.tflite",
     # the same network exported at 320x192 for 16:9 cameras (python -m testbed.reexport_edge)

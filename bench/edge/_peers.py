@@ -1,4 +1,4 @@
-"""Peer trackers and ultralytics `track()` behind one small interface, for `bench.edge_peers`.
+"""Peer trackers and ultralytics `track()` behind one small interface, for `bench.edge.edge_peers`.
 
 Every tracker (the project's `CameraTracker` and each peer) is wrapped in a `TrackerAdapter`
 with three steps, so that the bench times only the tracker's own work:

@@ -1,8 +1,8 @@
 """Peer bench: the project's tracker and frame loop against ultralytics, supervision and trackers.
 
-    python -m bench.edge_peers [--quick] [--seeds 1,2] [--presets quiet,crowded,small_far,events]
-        [--frames N] [--threads 2] [--results-dir bench/results] [--static-camera]
-        [--trackers-only]
+    python -m bench.edge.edge_peers [--quick] [--seeds 1,2]
+        [--presets quiet,crowded,small_far,events] [--frames N] [--threads 2]
+        [--results-dir bench/results] [--static-camera] [--trackers-only]
 
 Peers are in no runtime: ultralytics comes with the `tools` extra, the `peers` extra lists
 supervision, trackers and lap. trackers requires opencv-python, which clashes with the headless
@@ -33,7 +33,7 @@ timed, the variants' order rotated from scene to scene:
 - ultralytics `YOLO(onnx, task="detect").track(video, tracker="bytetrack.yaml", imgsz=320,
   stream=True)`, with its own letterbox (a dynamic ONNX model gets the frame's aspect: 320x192)
   and with `rect=False` (320x320, the project's input);
-- the agent's frame loop (`bench.edge_pipeline.pipeline_agent`: detector, tracker, zone/line
+- the agent's frame loop (`bench.edge.edge_pipeline.pipeline_agent`: detector, tracker, zone/line
   rules, SQLite outbox, a real Mosquitto), embedder none, with the ONNX model padded to the square
   (`letterbox: fixed`) and fitted to the frame (`fit`, the default), and with the INT8 TFLite
   model (fixed-shape: always the square). Every clip gets the zone, line and rules of the first
@@ -47,12 +47,9 @@ BoT-SORT's camera-motion compensation has no motion to undo; `--trackers-only` s
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -61,8 +58,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench._edge_common import MODELS, agent_config, temp_dir
-from bench._peers import (
+from bench import harness
+from bench.edge._edge_common import MODELS, agent_config, temp_dir
+from bench.edge._peers import (
     ULTRALYTICS_DISTRIBUTIONS,
     LoopRun,
     ProjectThresholds,
@@ -73,7 +71,7 @@ from bench._peers import (
     ultralytics_environment,
     version_of,
 )
-from bench.edge_pipeline import (
+from bench.edge.edge_pipeline import (
     SCENE_FPS,
     TARGET_FPS,
     FrameReader,
@@ -81,6 +79,7 @@ from bench.edge_pipeline import (
     detector_for,
     pipeline_agent,
 )
+from bench.harness import REPO_ROOT, RESULTS
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from edge_agent.config import EdgeAgentConfig
@@ -98,9 +97,7 @@ from testbed.tracking_eval import (
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE = REPO_ROOT / ".cache"
-RESULTS = REPO_ROOT / "bench" / "results"
 SEED_BASE = (
     980_000  # held out: training 0..299 999, tracking benches/tests 950 000+, hybrid 960 000+
 )
@@ -647,12 +644,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     text = markdown(header, run.trackers, run.loops, targets)
     print(text)
-    arguments = sys.argv[1:] if argv is None else argv
     document = {
-        "command": " ".join(["python -m bench.edge_peers", *arguments]),
+        "command": harness.command_line(__spec__.name, argv),
         "bench_seconds": round(elapsed, 1),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}",
+        "machine": harness.machine(),
         "versions": {name: version_of(name) for name in VERSIONS_RECORDED},
         "scenes": [
             {"name": s.root.name, "preset": s.root.name.split("-s")[0], "frames": s.n_frames}
@@ -664,12 +659,9 @@ def main(argv: list[str] | None = None) -> int:
         "records": [t.record() for t in [*run.trackers, *run.loops]],
         "targets": targets,
     }
-    results: Path = args.results_dir
-    results.mkdir(parents=True, exist_ok=True)
     stem = "edge_peers_static" if args.static_camera else "edge_peers"
-    (results / f"{stem}.md").write_text(text + "\n")
-    (results / f"{stem}.json").write_text(json.dumps(document, indent=1) + "\n")
-    print(f"\nwrote {results / stem}.md and .json in {elapsed:.0f} s")
+    md_path, _ = harness.write_results(stem, text, document, args.results_dir)
+    print(f"\nwrote {md_path} and .json in {elapsed:.0f} s")
     return 0
 
 
