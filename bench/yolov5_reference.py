@@ -1,7 +1,7 @@
 """YOLOv5 ("v5u" anchor-free head, as ultralytics builds it from `yolov5{n,s,m,l,x}.yaml`) in
 plain torch, for GPU machines without ultralytics: the real compute of the architecture, random
 weights. Same layers, channels and output `(B, 4 + classes, N)` (xywh in input pixels, class
-scores after sigmoid) as the exported ONNX; `bench/gpu_cloud.py` times it as a reference.
+scores after sigmoid) as the exported ONNX; `bench/cloud/gpu_cloud.py` times it as a reference.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ moved back to frame pixels, then merged per frame:
 2. what is left is merged per class, by greedy non-max merging (the best box grows to the
    union of the boxes it absorbs; the default) or NMS (keep the best box), with IoS
    (intersection over the smaller box; the default) or IoU as the overlap. On vtest frames with
-   verified persons (`bench/cloud_slicing.py`) merging by IoS kept the same persons as by IoU
+   verified persons (`bench/cloud/cloud_slicing.py`) merging by IoS kept the same persons as by IoU
    with fewer false boxes (duplicates and pieces); greedy merging lost fewer persons than NMS.
 
 Images run with `scale_up=False` (region crops, already at native scale) are never sliced.

@@ -16,7 +16,7 @@ that can finish before the earliest deadline queued, and a frame whose deadline 
 a batch of one could finish is answered DEADLINE_EXCEEDED at once instead of being run and
 answered late. On a CPU a batch of 4 frames of the cloud model takes over half a second;
 without this, frames admitted with time left came back after their 0.5 s deadline (p99 1.46 s in
-`bench/fleet_load.py`), and expiring by whole-batch time alone left almost nothing to answer.
+`bench/cloud/fleet_load.py`), and expiring by whole-batch time alone left almost nothing to answer.
 """
 
 from __future__ import annotations

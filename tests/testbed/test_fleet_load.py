@@ -1,4 +1,4 @@
-"""Replica kill and add under load: real replicas behind the real Envoy (bench.fleet_load)."""
+"""Replica kill and add under load: real replicas behind the real Envoy (bench.cloud.fleet_load)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.fleet_load import RunResult, run_scenario, trivial_detector
+from bench.cloud.fleet_load import RunResult, run_scenario, trivial_detector
 from testbed.envoy import EnvoyUnavailableError, envoy_executable
 
 

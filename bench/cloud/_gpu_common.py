@@ -1,4 +1,5 @@
-"""What `bench.gpu_cloud` and `bench.gpu_cloud_e2e` share: where they run and the report."""
+"""What `bench.cloud.gpu_cloud` and `bench.cloud.gpu_cloud_e2e` share: where they run and the
+report."""
 
 from __future__ import annotations
 

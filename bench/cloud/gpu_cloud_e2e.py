@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bench._gpu_common import Report, Target
-from bench.gpu_cloud_model import IMGSZ
+from bench.cloud._gpu_common import Report, Target
+from bench.cloud.gpu_cloud_model import IMGSZ
 
 WARM_UP_S = 3.0
 RPC_SLACK_S = 30.0
@@ -175,7 +175,7 @@ def e2e_section(
     """Frames/s and latency through the real server; skipped with the reason if it cannot run."""
     report.line("\n## 3. End to end through gRPC (720p JPEG, bidi streams on loopback)\n")
     try:
-        from bench.jpeg_decoders import sample_jpegs
+        from bench.cloud.jpeg_decoders import sample_jpegs
         from cloud_service.config import CloudServiceConfig
     except ImportError as exc:
         report.line(f"skipped: {exc} (carry the missing wheels, see the report)")

@@ -1,7 +1,7 @@
 """Sliced inference on real footage: the COCO NanoDet (FP32) at 416, 640 and 832, with and without.
 
-    python -m bench.cloud_slicing [--every 10] [--mosaic-every 50] [--batch 4] [--vtest vtest.avi]
-        [--skip-merge] [--audit DIR]
+    python -m bench.cloud.cloud_slicing [--every 10] [--mosaic-every 50] [--batch 4]
+        [--vtest vtest.avi] [--skip-merge] [--audit DIR]
 
 Clips: OpenCV's `vtest.avi` (768x576, people walking, some far away and small), 2x2 mosaics of
 vtest frames (1536x1152: what a camera with twice the resolution and four times the view would
@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from bench.harness import REPO_ROOT
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
@@ -63,7 +64,6 @@ from detection.slicing import (
 from detection.toolchain.real_import import video_frames
 from testbed.media import sample_clip
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL = REPO_ROOT / "models" / "coco" / "nanodet-coco-fp32.onnx"
 SIZES = (416, 640, 832)
 CLASSES = ("person", "bicycle", "car", "motorcycle", "bus", "truck")

@@ -1,6 +1,6 @@
 """The cloud service with its model in-process (ONNX Runtime) vs served by Triton, side by side.
 
-    python -m bench.triton_engine [--cloud-frames 10] [--batch-frames 6] [--window 2]
+    python -m bench.cloud.triton_engine [--cloud-frames 10] [--batch-frames 6] [--window 2]
                                   [--tiny-frames 75] [--rounds 4] [--threads 2]
 
 About 4 minutes on 2 cores with the defaults (cloud model: 40 timed frames per variant at
@@ -63,11 +63,12 @@ import cv2
 import grpc
 import numpy as np
 
-from bench._cloud_common import windowed_stream
+from bench import harness
+from bench.cloud._cloud_common import windowed_stream
 from bench.edge._edge_common import REPO_ROOT, decode_all, ensure_scene
+from bench.harness import RESULTS
 
 CLOUD_MODEL = REPO_ROOT / "models" / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
-RESULTS = REPO_ROOT / "bench" / "results"
 CLASS_NAMES = ["person", "car", "truck", "forklift"]
 INPUT_SIZE = 640
 MANY_STREAMS = 8
@@ -448,9 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = (load_before, _load_average())
     report = render(args, one, many, tiny, elapsed, loads)
     print(report.markdown)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "triton_engine.md").write_text(report.markdown)
-    (RESULTS / "triton_engine.json").write_text(json.dumps(report.records, indent=2) + "\n")
+    harness.write_results("triton_engine", report.markdown, report.records, RESULTS, indent=2)
     return 0
 
 
@@ -530,7 +529,7 @@ def render(
         else "service max batch 1, batching left to Triton"
     )
     command = (
-        f"python -m bench.triton_engine --cloud-frames {args.cloud_frames} "
+        f"python -m bench.cloud.triton_engine --cloud-frames {args.cloud_frames} "
         f"--batch-frames {args.batch_frames} --window {args.window} "
         f"--tiny-frames {args.tiny_frames} "
         f"--rounds {args.rounds} --threads {args.threads}"
@@ -565,7 +564,7 @@ def render(
         f"{_fmt(serial.triton_batch, 2)}). The row is service batching against no batching; "
         "Triton's dynamic batching would only combine requests of several callers (several "
         "service replicas on one Triton). On a CPU batching does not raise throughput "
-        "(`bench.cloud_batching`): a batch costs about the sum of its frames.",
+        "(`bench.cloud.cloud_batching`): a batch costs about the sum of its frames.",
         "- Every frame was answered OK (the bench fails otherwise). `others' CPU`: the share of "
         "the machine's CPU that processes outside this bench (not this process, Triton or its "
         "stubs) took while the variant ran; where it is well above 0 the row was slowed by other "

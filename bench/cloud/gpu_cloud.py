@@ -1,7 +1,7 @@
 """GPU benchmark of the cloud service, one prepared script that runs in a few minutes.
 
-    python -m bench.gpu_cloud --prepare        # here, once (tools extra): YOLOv5x graph to carry
-    python -m bench.gpu_cloud [--out-dir DIR]  # on the GPU machine, with .cache/gpu-bench carried
+    python -m bench.cloud.gpu_cloud --prepare        # here, once (tools extra): YOLOv5x graph
+    python -m bench.cloud.gpu_cloud [--out-dir DIR]  # on the GPU machine, .cache/gpu-bench carried
 
 Measures, each section skipped with its reason where it cannot run:
 1. NVJPEG batched decode (nvImageCodec, torchvision) at 720p and 1080p, images/s, against the
@@ -11,7 +11,7 @@ Measures, each section skipped with its reason where it cannot run:
    the TensorRT EP with `--trt-ep` (builds an engine: minutes), a TensorRT engine with
    `--trt-engine`, and plain torch FP16 as a reference of what the GPU does with the
    architecture where neither is installed.
-3. End-to-end server throughput through gRPC (bench/gpu_cloud_e2e.py).
+3. End-to-end server throughput through gRPC (bench/cloud/gpu_cloud_e2e.py).
 The table goes to stdout and, when `--out-dir` or `$OUT` is set, to `gpu_cloud.md` there.
 Without a CUDA GPU it prints "no CUDA GPU: nothing measured" and exits 0.
 """
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from bench._gpu_common import CPU_SMOKE, GPU, Report, Target
-from bench.gpu_cloud_model import IMGSZ, MODEL_DIR, materialize, prepare
+from bench.cloud._gpu_common import CPU_SMOKE, GPU, Report, Target
+from bench.cloud.gpu_cloud_model import IMGSZ, MODEL_DIR, materialize, prepare
 
 DECODE_BATCHES = (1, 8, 32)
 ENGINE_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -96,7 +96,7 @@ def _gpu_decoders(limits: Any, target: Target) -> list[tuple[str, Callable[[], A
 
 def decode_section(report: Report, seconds: float, target: Target) -> None:
     """NVJPEG decoders and the CPU decoder on every core, images/s."""
-    from bench.jpeg_decoders import sample_jpegs
+    from bench.cloud.jpeg_decoders import sample_jpegs
     from cloud_service.decoders import CpuDecoder, JpegLimits, create_codec
     from detection.errors import RuntimeUnavailableError
 
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     decode_section(report, args.seconds_per_cell, target)
     model = engine_section(report, args, target)
     if args.e2e_seconds > 0:
-        from bench.gpu_cloud_e2e import e2e_section
+        from bench.cloud.gpu_cloud_e2e import e2e_section
 
         e2e_section(report, args, model, target)
     report.line(f"\n(total {time.perf_counter() - started:.0f} s)")

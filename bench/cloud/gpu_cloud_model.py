@@ -1,4 +1,5 @@
-"""The YOLOv5x ONNX model for `bench/gpu_cloud.py`, carried to a GPU machine without its weights.
+"""The YOLOv5x ONNX model for `bench/cloud/gpu_cloud.py`, carried to a GPU machine without its
+weights.
 
 YOLOv5x in float32 is ~390 MB, too large to carry. `prepare` (here, with the `tools` extra)
 exports it from ultralytics' YAML at 640 with a dynamic batch and moves every Conv weight and
@@ -16,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.harness import REPO_ROOT
+
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO_ROOT / ".cache" / "gpu-bench"
 MODEL_NAME = "yolov5x-640"
 IMGSZ = 640
@@ -69,8 +71,8 @@ def materialize(model_dir: Path = MODEL_DIR, seed: int = 0) -> Path:
     sidecar_path = model_dir / f"{MODEL_NAME}.json"
     if not graph.is_file() or not sidecar_path.is_file():
         raise FileNotFoundError(
-            f"{graph} not found: run `python -m bench.gpu_cloud --prepare` where the tools extra "
-            "is installed and carry .cache/gpu-bench"
+            f"{graph} not found: run `python -m bench.cloud.gpu_cloud --prepare` where the tools "
+            "extra is installed and carry .cache/gpu-bench"
         )
     sidecar = json.loads(sidecar_path.read_text())
     weights = model_dir / sidecar["weights_file"]

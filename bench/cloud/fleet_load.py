@@ -1,7 +1,7 @@
 """Fleet-scale load test: real cloud replicas behind the real Envoy, many cameras, faults mid-run.
 
-    python -m bench.fleet_load            # ~4 min: both engines, every scenario
-    python -m bench.fleet_load --quick    # ~1 min: shorter phases
+    python -m bench.cloud.fleet_load            # ~4 min: both engines, every scenario
+    python -m bench.cloud.fleet_load --quick    # ~1 min: shorter phases
 
 Everything is a real process on loopback: N `cloud-service serve` replicas, the shipped Envoy
 config (`deploy/envoy/envoy.yaml`, pointed at the replicas by `testbed.envoy`) in front, and 8 edge
@@ -50,6 +50,8 @@ import onnx
 import yaml
 from onnx import TensorProto, helper
 
+from bench import harness
+from bench.harness import REPO_ROOT, RESULTS
 from edge_agent.config.escalation import CloudConnectionConfig, EscalationConfig
 from edge_agent.escalation.budget import EscalationBudget
 from edge_agent.escalation.client import EscalationClient, EscalationResult
@@ -63,9 +65,7 @@ from testbed.envoy import (
 )
 from testbed.processes import ManagedProcess, free_tcp_port, tcp_port_accepts
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
-MODEL_CONFIG = REPO / "configs" / "cloud-service.cpu.yaml"
+MODEL_CONFIG = REPO_ROOT / "configs" / "cloud-service.cpu.yaml"
 AGENTS = 8
 CAMERAS_PER_AGENT = 8
 CAMERA_FPS = 2.0
@@ -143,7 +143,7 @@ def replica_config(
         config["engine"]["input_size"] = [64, 64]
         config["batching"].update(max_batch_size=16, max_queue_delay_ms=2)
     else:
-        runtime["model_path"] = str(REPO / runtime["model_path"])
+        runtime["model_path"] = str(REPO_ROOT / runtime["model_path"])
     config["batching"]["per_stream_queue_frames"] = 64
     return config
 
@@ -595,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter phases (~1 min)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--work", type=Path, default=REPO / ".cache" / "fleet_load")
+    parser.add_argument("--work", type=Path, default=REPO_ROOT / ".cache" / "fleet_load")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     seconds = 8.0 if args.quick else 20.0
@@ -623,11 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     table = _table(results)
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fleet_load.md").write_text(table)
-    (args.out / "fleet_load.json").write_text(
-        json.dumps([asdict(r) for r in results], indent=1) + "\n"
-    )
+    harness.write_results("fleet_load", table, [asdict(r) for r in results], args.out)
     fault = next(r for r in results if r.name == "faults")
     _plot(fault, args.out / "fleet_load.png")
     return 0

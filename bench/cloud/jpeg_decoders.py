@@ -1,6 +1,6 @@
 """JPEG decoder throughput: images/s of each decoder at 720p and 1080p, q85, batches of 16.
 
-    python -m bench.jpeg_decoders [--seconds-per-cell 2] [--batch-images 16] [--threads 1 2]
+    python -m bench.cloud.jpeg_decoders [--seconds-per-cell 2] [--batch-images 16] [--threads 1 2]
 
 CPU rows: every codec installed here (simplejpeg, PyTurboJPEG, OpenCV) through `CpuDecoder`
 with 1 and 2 threads. GPU rows (NVJPEG through nvImageCodec / torchvision) only where a CUDA GPU

@@ -1,6 +1,6 @@
 """Batch size against latency and throughput: the engine alone and through the gRPC server.
 
-    python -m bench.cloud_batching [--streams 8] [--batch-sizes 1,2,4,8,16,32] [--yolov5x]
+    python -m bench.cloud.cloud_batching [--streams 8] [--batch-sizes 1,2,4,8,16,32] [--yolov5x]
 
 Models: YOLOv5s built from ultralytics' YAML at 640 (random weights: the real compute cost), the
 committed cloud model (models/manifest.json, when present) and, with `--yolov5x`, YOLOv5x (about
@@ -42,7 +42,8 @@ import cv2
 import grpc
 import numpy as np
 
-from bench._cloud_common import windowed_stream
+from bench.cloud._cloud_common import windowed_stream
+from bench.harness import REPO_ROOT
 from cloud_service.decoders import BgrImage, create_codec
 from cloud_service.server import wait_until_serving
 from detection.config import DetectorConfig
@@ -51,7 +52,6 @@ from detection.runtimes.config import OnnxRuntimeConfig
 from protos.analytics.v1 import analytics_pb2 as pb
 from protos.analytics.v1.analytics_pb2_grpc import InferenceServiceStub
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
 IMGSZ = 640
 SERVER_START_TIMEOUT_S = 120.0
