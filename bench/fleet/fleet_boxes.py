@@ -1,6 +1,6 @@
 """Fleet-wide rollout time: real `edge-agent run` processes following a signed rollout.
 
-Used by `bench.fleet_rollout --boxes N`. Each box is a real agent process (its own detector,
+Used by `bench.fleet.fleet_rollout --boxes N`. Each box is a real agent process (its own detector,
 tracker, MQTT publisher and `FleetUpdater`) replaying the `events` scene as a live camera at a
 low frame rate, with `fleet:` on: the store served by nginx over HTTPS (test CA), rollouts and
 status documents on one local Mosquitto. The boxes start on the committed 320x320 INT8 edge

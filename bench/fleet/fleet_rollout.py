@@ -1,6 +1,6 @@
 """Model updates across a fleet: download + verify + warm-up per model size (issue 34).
 
-    python -m bench.fleet_rollout [--repeats 5]
+    python -m bench.fleet.fleet_rollout [--repeats 5]
 
 Publishes the committed models (edge INT8 TFLite ~2.9 MB, edge ONNX ~10 MB, cloud ONNX ~18.6 MB)
 into a fresh store, serves it with Debian's nginx over HTTPS on loopback (a test CA,
@@ -22,7 +22,6 @@ the markdown (see the notes written with it).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -35,7 +34,9 @@ from typing import TypeVar
 
 import numpy as np
 
-from bench.fleet_boxes import fleet_table, run_fleet
+from bench import harness
+from bench.fleet.fleet_boxes import fleet_table, run_fleet
+from bench.harness import REPO_ROOT, RESULTS
 from detection.config import DetectorConfig
 from detection.detector import Detector
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
@@ -44,9 +45,6 @@ from fleet.manifest import ModelManifest
 from fleet.signing import Signer, Verifier, generate_key
 from fleet.store import DirectoryStore, sha256_of_file
 from testbed.static_store import StoreServer, make_test_pki
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results"
 
 # (label, file, input size a dynamic model runs at)
 MODELS: tuple[tuple[str, str, tuple[int, int]], ...] = (
@@ -189,7 +187,7 @@ def main() -> int:
         parser.error("--boxes must be 0..16")
     if not 0.5 <= args.box_fps <= 10:
         parser.error("--box-fps must be 0.5..10")
-    load_before = os.getloadavg()[0]
+    load_before = harness.load_average()
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         work = Path(tmp)
         public = generate_key(work / "bench.pem")
@@ -232,31 +230,22 @@ def main() -> int:
         print()
         print(fleet_text)
     command = (
-        f"python -m bench.fleet_rollout --repeats {args.repeats} --boxes {args.boxes} "
+        f"python -m bench.fleet.fleet_rollout --repeats {args.repeats} --boxes {args.boxes} "
         f"--box-fps {args.box_fps:g}"
     )
-    machine = (
-        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load_before:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after"
-    )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "fleet_rollout.json").write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": machine,
-                "store": "nginx over HTTPS on loopback (testbed.static_store)",
-                "sizes": [asdict(row) for row in rows],
-                "fleet": {
-                    "boxes": args.boxes,
-                    "box_fps": args.box_fps,
-                    "rollouts": [asdict(row) for row in fleet_rows],
-                },
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    load = f"load average {load_before:.1f} before, {harness.load_average():.1f} after"
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {load}"
+    document = {
+        "command": command,
+        "machine": machine,
+        "store": "nginx over HTTPS on loopback (testbed.static_store)",
+        "sizes": [asdict(row) for row in rows],
+        "fleet": {
+            "boxes": args.boxes,
+            "box_fps": args.box_fps,
+            "rollouts": [asdict(row) for row in fleet_rows],
+        },
+    }
     fleet_section = (
         f"\n## Fleet-wide rollout: {args.boxes} agent processes\n\n"
         f"Each box a real `edge-agent run` at {args.box_fps:g} frames/s, one camera, `fleet:` on; "
@@ -267,12 +256,13 @@ def main() -> int:
         if fleet_rows
         else ""
     )
-    (RESULTS / "fleet_rollout.md").write_text(
+    markdown = (
         f"# Fleet rollout: download + verify + warm-up per model size\n\n"
         f"`{command}` on {machine}; medians of "
         f"{args.repeats} runs, each into an empty cache, from nginx over HTTPS on loopback.\n\n"
         f"{text}\n{fleet_section}"
     )
+    harness.write_results("fleet_rollout", markdown, document, RESULTS)
     return 0
 
 
