@@ -3,8 +3,8 @@
     python -m bench.cloud_truth [--vtest-every 10] [--bikes-every 5] [--threads 2]
 
 Is the cloud configuration really stronger than the edge on real footage, and what would make it
-so with what this repository has? Each variant runs on the frames `bench.real_footage` reads
-(vtest every 10th, bikes every 5th, the stills bus and zidane) and is scored by `bench.truth`
+so with what this repository has? Each variant runs on the frames `bench.models.real_footage` reads
+(vtest every 10th, bikes every 5th, the stills bus and zidane) and is scored by `bench.models.truth`
 against `bench/data/truth/` (IoU 0.5, a vehicle matches any vehicle class, ignore regions not
 counted): person and vehicle recall, precision, F1 and AP50, recall of the small and far truth
 boxes, mAP50 (mean of the two AP50), and the median time of one frame's `detect` on this CPU.
@@ -45,14 +45,22 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
-from bench.real_footage import (
+from bench.models.real_footage import (
     COCO_MODELS,
     Clip,
     Image,
     clip_truths,
     load_clips,
 )
-from bench.truth import GROUPS, TRUTH_DIR, ClipTruth, Tally, mean_ap50, score_frames, tally_record
+from bench.models.truth import (
+    GROUPS,
+    TRUTH_DIR,
+    ClipTruth,
+    Tally,
+    mean_ap50,
+    score_frames,
+    tally_record,
+)
 from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
 from configkit.yaml_loader import load_config

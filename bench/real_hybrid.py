@@ -17,15 +17,15 @@ cloud service's frame processor, fusion, focus crops, on simulated time):
   detections live under a tag of the cloud config's engine and slicing settings and the models,
   so changing the config never reuses another config's answers.
 
-Scores are against the hand-verified truth in `bench/data/truth/` (`bench.truth`), on its frames
-within the simulated range (vtest: every 10th frame, bikes: every 5th): mAP50 (mean of the person
-and vehicle AP50), person F1 and vehicle F1 of the pipeline's reported boxes (confirmed tracks),
-IoU 0.5, a vehicle matching any vehicle class, detections inside ignore regions not counted. The
-`gap closed` line gives how much of the edge-to-cloud difference on that truth the default hybrid
-recovers. The second table keeps the former score: agreement with the cloud engine's boxes at >=
-`--reference-confidence` on every frame's JPEG (what cloud-only sees; class-aware, IoU 0.5), where
-cloud-only is near 1 by construction. There is no IDF1 (neither has identities). The oracle answers
-the reference itself.
+Scores are against the hand-verified truth in `bench/data/truth/` (`bench.models.truth`), on its
+frames within the simulated range (vtest: every 10th frame, bikes: every 5th): mAP50 (mean of the
+person and vehicle AP50), person F1 and vehicle F1 of the pipeline's reported boxes (confirmed
+tracks), IoU 0.5, a vehicle matching any vehicle class, detections inside ignore regions not
+counted. The `gap closed` line gives how much of the edge-to-cloud difference on that truth the
+default hybrid recovers. The second table keeps the former score: agreement with the cloud engine's
+boxes at >= `--reference-confidence` on every frame's JPEG (what cloud-only sees; class-aware, IoU
+0.5), where cloud-only is near 1 by construction. There is no IDF1 (neither has identities). The
+oracle answers the reference itself.
 
 Uplink: the budget rows send whole frames as the video uplink (`escalation.uplink`, the
 default); "JPEG uplink" and the settings rows send independent JPEGs (cached cloud answers).
@@ -70,7 +70,15 @@ from bench._hybrid_sim import (
     simulate,
 )
 from bench.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
-from bench.truth import TRUTH_DIR, ClipTruth, Tally, clip_truth, mean_ap50, restricted, score_frames
+from bench.models.truth import (
+    TRUTH_DIR,
+    ClipTruth,
+    Tally,
+    clip_truth,
+    mean_ap50,
+    restricted,
+    score_frames,
+)
 from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
 from cloud_service.models import ModelInfo

@@ -13,8 +13,8 @@ stream over the same seconds (`bench._hybrid_sim.camera_stream_bytes`: libx264 v
 a keyframe a second, as every bench clip is made), the edge's encoding time, the cloud's decoding
 time per frame, and the accuracy of the cloud's boxes:
 - test-world scenes: against their exact ground truth (mAP50, F1);
-- real clips: against the hand-verified truth (`bench.truth`, on the escalated frames that have
-  verified boxes: person and vehicle AP50 and F1), and, as a second column, the agreement (F1)
+- real clips: against the hand-verified truth (`bench.models.truth`, on the escalated frames that
+  have verified boxes: person and vehicle AP50 and F1), and, as a second column, the agreement (F1)
   with the cloud on the decoded camera frames themselves, which is what streaming the camera to
   the cloud gives.
 The first row, "camera stream", is that baseline: the cloud on every escalated frame as decoded
@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from bench import _hybrid_sim as sim
 from bench import real_hybrid as real
-from bench import truth as verified
+from bench.models import truth as verified
 from cloud_service.decoders import CpuDecoder
 from cloud_service.decoders.video import VideoSessions
 from cloud_service.engines import Engine

@@ -1,6 +1,6 @@
 """Accuracy of the project's models on held-out generated scenes, one test set per scenario.
 
-Used by `testbed.build_models` (the numbers in the manifest) and `bench/model_accuracy.py`.
+Used by `testbed.build_models` (the numbers in the manifest) and `bench/models/model_accuracy.py`.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def _yaml_model(arch: str) -> Model:
     from detection.toolchain.export import export_onnx
 
     root = REPO_ROOT / ".cache" / "models"
-    key = cache_key("bench-onnx", model=arch, imgsz=IMGSZ)  # shared with bench.model_latency
+    key = cache_key("bench-onnx", model=arch, imgsz=IMGSZ)  # shared with bench.models.model_latency
     onnx = cached(root, key, lambda work: export_onnx(f"{arch}.yaml", work, IMGSZ))
     return Model(f"{arch} (YAML, random weights)", onnx, IMGSZ)
 

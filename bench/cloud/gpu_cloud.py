@@ -267,7 +267,7 @@ def _tensorrt_rows(report: Report, engine: Path, sizes: Sequence[int], seconds: 
 def _torch_rows(report: Report, sizes: Sequence[int], seconds: float, target: Target) -> None:
     import torch
 
-    from bench.yolov5_reference import build
+    from bench.models.yolov5_reference import build
 
     torch.backends.cudnn.benchmark = True
     model = build(target.yolo_scale, device=target.device, half=target.half)

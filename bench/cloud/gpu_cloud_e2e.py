@@ -28,14 +28,15 @@ RPC_SLACK_S = 30.0
 
 
 class TorchReferenceRuntime:
-    """The `Runtime` protocol over `bench.yolov5_reference` (FP16 on the GPU, host in/out)."""
+    """The `Runtime` protocol over `bench.models.yolov5_reference` (FP16 on the GPU, host in and
+    out)."""
 
     name = "torch-reference"
 
     def __init__(self, target: Target) -> None:
         import torch
 
-        from bench.yolov5_reference import build
+        from bench.models.yolov5_reference import build
         from detection.runtimes.base import InputSpec
 
         torch.backends.cudnn.benchmark = True

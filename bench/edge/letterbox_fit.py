@@ -5,7 +5,7 @@
 The `events` scene (640x360, 16:9) through the committed dynamic-shape edge model at
 `input_size` 320x320: `fixed` pads every frame to the square, `fit` runs it at 192x320 (the
 same scale, less padding). The two detectors take turns frame by frame, so machine noise hits
-both alike. Accuracy of the same choice: `python -m bench.model_accuracy --fit`. Writes
+both alike. Accuracy of the same choice: `python -m bench.models.model_accuracy --fit`. Writes
 `bench/results/letterbox_fit.md` and `.json`.
 """
 

@@ -42,7 +42,7 @@ MIN_RECORDS = 10
 class LabelCut:
     """Which cloud boxes are labels (`>= label_score`) and which are uncertain (`>= ignore`)."""
 
-    # measured (bench.edge_distill): the cloud's boxes from 0.3 up were mostly right, and its
+    # measured (bench.models.edge_distill): the cloud's boxes from 0.3 up were mostly right, and its
     # recall on a hard camera is low, so a higher cut leaves most objects unlabelled
     label_score: float = 0.3
     ignore_score: float = 0.15

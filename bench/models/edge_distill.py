@@ -1,6 +1,6 @@
 """Distillation on a generated camera unlike the training data: edge before/after vs the cloud.
 
-    python -m bench.edge_distill [--site far-haze] [--frames 500] [--epochs 20] [--probe]
+    python -m bench.models.edge_distill [--site far-haze] [--frames 500] [--epochs 20] [--probe]
 
 A site is one camera: a preset's geometry over one fixed background framing, seen through a
 `Look` (`testbed.scenes.looks`) the edge model never trained on; the default, `far-haze`, is the
@@ -35,6 +35,7 @@ import cv2
 import grpc
 import numpy as np
 
+from bench.harness import REPO_ROOT, RESULTS
 from detection.coco_eval import GroundTruth
 from detection.detector import Detector
 from detection.toolchain.dataset import LabelledDataset, LabelledImage, load_dataset
@@ -46,12 +47,10 @@ from testbed.scenes.scenario import build_renderer, make_scenario
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = REPO_ROOT / "models"
 EDGE_ONNX = MODELS / "edge" / "edge-yolov5n-320.onnx"
 EDGE_INT8 = MODELS / "edge" / "edge-yolov5n-320-int8.tflite"
 CLOUD = MODELS / "cloud" / "cloud-yolov5s-640-fp16w.onnx"
-RESULTS = REPO_ROOT / "bench" / "results"
 CACHE = REPO_ROOT / ".cache"
 SCENE_FRAMES = 250
 COLLECT_SEED = 971_000
@@ -359,7 +358,7 @@ def run(site: Site, args: argparse.Namespace) -> int:
             f"{time.perf_counter() - started:.0f} in all, cloud labelling {cloud_s:.0f}, "
             f"fine-tuning {report.train_seconds:.0f}"
         ),
-        "command": "python -m bench.edge_distill " + " ".join(args.argv),
+        "command": "python -m bench.models.edge_distill " + " ".join(args.argv),
     }
     text = markdown(site, rows, summary)
     print(text)

@@ -1,6 +1,6 @@
 """Accuracy of the committed models on held-out generated scenes of every scenario.
 
-    python -m bench.model_accuracy [--scenes 3] [--frames-per-scene 125] [--every 5] [--fit]
+    python -m bench.models.model_accuracy [--scenes 3] [--frames-per-scene 125] [--every 5] [--fit]
 
 Prints the per-scenario table (mAP50-95, mAP50, recall, small-object mAP50 and recall) for the
 edge model in FP32 ONNX and INT8 TFLite and the cloud model, then the two comparisons that
@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from pathlib import Path
 
+from bench.harness import REPO_ROOT
 from testbed.accuracy import (
     AccuracyRow,
     ModelUnderTest,
@@ -25,7 +25,6 @@ from testbed.accuracy import (
     write_test_sets,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = REPO_ROOT / "models"
 LABELS = {
     "edge_onnx": "edge FP32",

@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bench.harness import BENCH_DIR
 from detection.detections import Detections
 
-TRUTH_DIR = Path(__file__).resolve().parent / "data" / "truth"
+TRUTH_DIR = BENCH_DIR / "data" / "truth"
 OBJECT_CLASSES: tuple[str, ...] = ("person", "bicycle", "car", "motorcycle", "bus", "truck")
 IGNORE = "ignore"
 FLAGS: tuple[str, ...] = ("small", "occluded", "far")

@@ -1,6 +1,6 @@
 """Latency per frame of each model and runtime on this machine, side by side in one run.
 
-    python -m bench.model_latency [--repeats 5] [--skip-yolov5x]
+    python -m bench.models.model_latency [--repeats 5] [--skip-yolov5x]
 
 Rows: the committed edge and cloud models (models/manifest.json), then YOLOv5s and YOLOv5x built
 from ultralytics' YAML (random weights: the real compute cost of the architectures the design
@@ -17,11 +17,11 @@ import json
 import os
 from pathlib import Path
 
+from bench.harness import REPO_ROOT
 from detection.runtimes.base import create_runtime
 from detection.runtimes.config import LiteRTConfig, OnnxRuntimeConfig
 from detection.toolchain.evaluate import infer_ms
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
 
 

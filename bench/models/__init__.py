@@ -1,0 +1,2 @@
+"""Model benches: accuracy and latency of the edge and cloud models, the YOLOv5
+reference, distillation and scores on real footage against the hand-verified truth."""
