@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from bench import harness
-from bench._hybrid_sim import SCENE_START_S, observed_events
 from bench.edge.edge_pipeline import detector_for
 from bench.harness import REPO_ROOT, RESULTS
+from bench.hybrid._hybrid_sim import SCENE_START_S, observed_events
 from detection.detections import Detections
 from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig

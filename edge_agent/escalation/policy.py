@@ -158,7 +158,8 @@ class FrameSignals:
         """
         low, high = settings.uncertain_low, settings.uncertain_high
         # Boxes below the uncertain band (the tracker's low-score second pass keeps them) are
-        # noise to the policy: counted, they made nearly every frame "hard" (bench.hybrid_tradeoff).
+        # noise to the policy: counted, they made nearly every frame "hard"
+        # (bench.hybrid.hybrid_tradeoff).
         keep = detections.confidence >= low
         xyxy = detections.xyxy[keep].astype(np.float64)
         confidence = detections.confidence[keep]

@@ -2,8 +2,8 @@
 
 Only escalated frames are encoded, in the order they are sent, so each one is coded against the
 previous one; a fixed camera's background then costs next to nothing after the first keyframe
-(bench.uplink: about a tenth of the camera's own H.264 stream where independent JPEGs cost more
-than all of it). Why PyAV: its wheels bundle FFmpeg with libx264 and libx265, so the edge needs
+(bench.hybrid.uplink: about a tenth of the camera's own H.264 stream where independent JPEGs cost
+more than all of it). Why PyAV: its wheels bundle FFmpeg with libx264 and libx265, so the edge needs
 no system FFmpeg, and it exposes the codec context packet by packet (no container, no pipes),
 which is what a per-frame request needs.
 

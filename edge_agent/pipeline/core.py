@@ -8,7 +8,7 @@ Cloud answers come back through `fuse` (fusion into the tracks as they were at t
 Nothing here waits, starts a thread or touches a socket, and time comes in from outside: the
 capture times of the frames, and injected `clock` / `timer` callables. The agent drives it with
 live cameras (`CameraWorker` adds the capture source), the hybrid trade-off simulation with
-cached detections on simulated time (`bench._hybrid_sim`), and the benches through the agent;
+cached detections on simulated time (`bench.hybrid._hybrid_sim`), and the benches through the agent;
 so a change to tracking, rules, escalation or fusion is made once and measured where it runs.
 """
 

@@ -59,7 +59,7 @@ def plan_focus(
     A track the whole frame still sees gets a crop only when it is at most
     `config.refine_max_px`: the crop's box then refines the frame's
     (`merge_focus`) rather than joining it, since both boxes of one object split it into two
-    tracks (bench.hybrid_tradeoff: IDF1 on `quiet` 0.76 instead of 0.87).
+    tracks (bench.hybrid.hybrid_tradeoff: IDF1 on `quiet` 0.76 instead of 0.87).
     """
     width, height = frame_size
     candidates: list[tuple[float, FloatArray, bool]] = []  # (score, box, a followed track)
@@ -213,7 +213,7 @@ def _refined(full: Detections, crops: Detections, tiles: Sequence[Tile], max_px:
 
     The whole frame sees a small object at a few pixels of the detector's input, so its box is
     often loose (IoU < 0.5 with the object's); the crop sees it scaled up. Measured
-    (bench.hybrid_tradeoff, 10 held-out scenes): averaging beat taking the crop's box (mAP50
+    (bench.hybrid.hybrid_tradeoff, 10 held-out scenes): averaging beat taking the crop's box (mAP50
     0.730 vs 0.685 at 48 px: on larger objects the crop's box alone was worse), and 48 px beat
     32, 40, 64 and 96 (see `FocusConfig.refine_max_px`).
     """

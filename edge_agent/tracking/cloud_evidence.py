@@ -23,9 +23,9 @@ from edge_agent.tracking.track import Track
 
 CLOUD_VOTE_WEIGHT = 5
 """Edge frames one cloud answer is worth in a track's class vote. Measured on the generated
-scenes (bench.hybrid_tradeoff): letting any cloud vote outrank all edge votes cost up to 6 mAP50
-points where the cloud model confuses classes; 5 settles a young track at once without letting a
-few cloud answers overturn a long, consistent edge history."""
+scenes (bench.hybrid.hybrid_tradeoff): letting any cloud vote outrank all edge votes cost up to 6
+mAP50 points where the cloud model confuses classes; 5 settles a young track at once without letting
+a few cloud answers overturn a long, consistent edge history."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from edge_agent.tracking.tracker import DeepSortTracker
 
 HELD_MIN_INSIDE = 0.5
 """A held box is reported only while this share of it lies inside the frame: an object
-predicted out of the picture has left it. Measured (bench.hybrid_tradeoff): held boxes of
+predicted out of the picture has left it. Measured (bench.hybrid.hybrid_tradeoff): held boxes of
 objects that had left were the hybrid's only false positives with no object near them on the
 `events` scenes; dropping them lifted F1 and IDF1 by 0.3 points. At 0.9 it also dropped real
 objects at the border (`quiet:3`, `crowded:3` fell below the edge alone)."""

@@ -37,8 +37,8 @@ than that): on a scene of small far objects the edge is sure of too few to ever 
 cloud's boxes are what it has. A cloud model that misses what the edge plainly sees on a camera
 (another viewpoint, light or object mix than it was trained on) cannot be right when it
 disagrees there; the edge then only takes its confirmations. Measured on the generated scenes
-(`bench.hybrid_tradeoff`): an earlier cloud model returned a box for 94-98 % of such tracks on
-four scenes and 74 % on the one where its mAP50 was 0.19 below the edge's (caught at the then
+(`bench.hybrid.hybrid_tradeoff`): an earlier cloud model returned a box for 94-98 % of such tracks
+on four scenes and 74 % on the one where its mAP50 was 0.19 below the edge's (caught at the then
 default of 0.75); the current one for 61 % and 77 % on the two scenes of small far objects,
 where it is far better than the edge and the edge's sure tracks include its false positives,
 so the default is now 0.5 (`FusionConfig.min_agreement`).
@@ -171,8 +171,8 @@ class FusionSettings:
 
 TRUST_Z = 1.28
 """Normal quantile of `CloudTrust.agreement_lower_bound` (one-sided 90 %). Measured
-(bench.hybrid_tradeoff): judged on the plain agreement, the cloud earned trust on `events:2` at
-3 frames/s from a lucky start and cost 7.6 mAP50 points there; on the lower bound it did not."""
+(bench.hybrid.hybrid_tradeoff): judged on the plain agreement, the cloud earned trust on `events:2`
+at 3 frames/s from a lucky start and cost 7.6 mAP50 points there; on the lower bound it did not."""
 
 
 @dataclass
@@ -491,7 +491,7 @@ def _duplicates(
 
 DUPLICATE_INSIDE = 0.9
 """A track is a duplicate of the one holding the cloud's box when this share of the smaller of
-their boxes lies in both. Measured (bench.hybrid_tradeoff): 0.7 also removed real objects
+their boxes lies in both. Measured (bench.hybrid.hybrid_tradeoff): 0.7 also removed real objects
 standing close together (events:2 0.879 -> 0.852); 0.9 kept them."""
 
 

@@ -1,4 +1,5 @@
-"""The hybrid trade-off simulation (`bench._hybrid_sim`) on 20 frames of an `events` scene."""
+"""The hybrid trade-off simulation (`bench.hybrid._hybrid_sim`) on 20 frames of an `events`
+scene."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench._hybrid_sim import (
+from bench.hybrid._hybrid_sim import (
     MIN_SIDE_PX,
     MIN_VISIBILITY,
     CloudAnswers,

@@ -1,4 +1,4 @@
-"""The hybrid trade-off on real footage (`bench.real_hybrid`) on a few frames of `vtest`
+"""The hybrid trade-off on real footage (`bench.hybrid.real_hybrid`) on a few frames of `vtest`
 (people in every frame, so every score is defined)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import real_hybrid
+from bench.hybrid import real_hybrid
 
 
 def test_real_footage_trade_off_writes_one_record_per_variant(tmp_path: Path) -> None:

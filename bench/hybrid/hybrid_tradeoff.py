@@ -1,11 +1,12 @@
 """Edge-only vs cloud-only vs hybrid: accuracy against the share of frames sent to the cloud.
 
-    python -m bench.hybrid_tradeoff [--quick] [--scenes quiet,crowded,small_far,events,events:2]
-        [--rtt-frames 4] [--cloud-threshold 0.2] [--threads 2] [--no-plot]
+    python -m bench.hybrid.hybrid_tradeoff [--quick]
+        [--scenes quiet,crowded,small_far,events,events:2] [--rtt-frames 4] [--cloud-threshold 0.2]
+        [--threads 2] [--no-plot]
 
-On generated scenes with ground truth (`bench._hybrid_sim`: the real detectors' cached outputs,
-tracker, rules, escalation policy and budget, JPEG requests, the cloud's frame processor and
-fusion, on simulated time), each variant is scored on:
+On generated scenes with ground truth (`bench.hybrid._hybrid_sim`: the real detectors' cached
+outputs, tracker, rules, escalation policy and budget, JPEG requests, the cloud's frame processor
+and fusion, on simulated time), each variant is scored on:
 detection mAP50 and F1 (IoU 0.5, per class) of the boxes the pipeline reports (confirmed tracks,
 with their confidences), tracking IDF1 / MOTA, alert precision / recall against the scripted
 events of the `events` scenes, the share of frames escalated, JPEG bytes sent per second, and the
@@ -23,11 +24,9 @@ The table goes to stdout and `bench/results/hybrid_tradeoff.md`, one record per 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import re
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from bench._hybrid_sim import (
+from bench import harness
+from bench.harness import RESULTS
+from bench.hybrid._hybrid_sim import (
     CloudAnswers,
     EdgeCrops,
     RunScores,
@@ -50,7 +51,6 @@ from bench._hybrid_sim import (
 )
 from edge_agent.config.escalation import EscalationConfig
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BUDGETS = (0.5, 1.0, 2.0, 3.0, 4.0, 8.0)
 DEFAULT_SCENES = (
     "quiet,crowded,small_far,events,events:2,quiet:3,crowded:3,small_far:3,events:3,events:4"
@@ -797,8 +797,7 @@ def main(argv: list[str] | None = None) -> int:
             crops.close()
     summaries = [Summary(v, cells[v.name]) for v in plan]
     elapsed = time.perf_counter() - started
-    given = argv if argv is not None else sys.argv[1:]
-    command = "python -m bench.hybrid_tradeoff " + " ".join(given)
+    command = harness.command_line(__spec__.name, argv)
     settings = (
         f"Scenes: {', '.join(f'{d.label} ({d.n_frames} frames)' for d in scenes)}; round trip "
         f"{args.rtt_frames} frames ({1000.0 * args.rtt_frames / scenes[0].fps:.0f} ms); cloud "
@@ -820,10 +819,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(document)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "hybrid_tradeoff.md").write_text(document + "\n")
     results = {"command": command.strip(), "settings": settings, "variants": records(summaries)}
-    (args.out / "hybrid_tradeoff.json").write_text(json.dumps(results, indent=1) + "\n")
+    harness.write_results("hybrid_tradeoff", document, results, args.out)
     if not args.no_plot:
         plot(summaries, args.out / "hybrid_tradeoff.png")
         plot_uplink(summaries, args.out / "hybrid_tradeoff_uplink.png")

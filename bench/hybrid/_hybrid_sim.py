@@ -30,6 +30,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
+from bench.harness import REPO_ROOT
 from cloud_service.decoders import BgrImage
 from cloud_service.decoders.video import SUPPORTED_CODECS, VideoSessions
 from cloud_service.models import ModelInfo
@@ -77,7 +78,6 @@ from testbed.tracking_eval import (
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = REPO_ROOT / "models"
 CACHE = REPO_ROOT / ".cache" / "bench-hybrid"
 EDGE_MODEL = MODELS / "edge" / "edge-yolov5n-320-int8.tflite"

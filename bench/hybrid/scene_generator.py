@@ -1,6 +1,6 @@
 """Scene generator throughput: frames/s per preset at 640x360, with ground truth.
 
-    python -m bench.scene_generator [--frames 500] [--seed 0]
+    python -m bench.hybrid.scene_generator [--frames 500] [--seed 0]
 
 Two columns: rendering with ground truth (MOT rows built for every frame), and rendering plus
 writing the scene folder (H.264 via an ffmpeg pipe, gt.txt, ...). Background decoding happens

@@ -1,6 +1,6 @@
 """The uplink's quality ladder: bytes against the cloud's accuracy on what it decodes.
 
-    python -m bench.uplink [--clips vtest,bikes] [--scenes crowded,small_far]
+    python -m bench.hybrid.uplink [--clips vtest,bikes] [--scenes crowded,small_far]
         [--rate 2] [--frames 400] [--threads 2]
 
 The same escalated frames (a fixed rate, about `--rate` frames/s, so that only the encoding
@@ -9,9 +9,9 @@ previous uplink: q85), and the video uplink (`edge_agent.escalation.uplink`: onl
 frames, coded against each other) in H.264 and HEVC at several CRFs and at half width. The cloud
 decodes them as the service does (the CPU JPEG decoder; `VideoSessions`) and runs its detector on
 the pictures. Per encoding: uplink bytes per second and their share of the camera's own H.264
-stream over the same seconds (`bench._hybrid_sim.camera_stream_bytes`: libx264 veryfast CRF 20,
-a keyframe a second, as every bench clip is made), the edge's encoding time, the cloud's decoding
-time per frame, and the accuracy of the cloud's boxes:
+stream over the same seconds (`bench.hybrid._hybrid_sim.camera_stream_bytes`: libx264 veryfast CRF
+20, a keyframe a second, as every bench clip is made), the edge's encoding time, the cloud's
+decoding time per frame, and the accuracy of the cloud's boxes:
 - test-world scenes: against their exact ground truth (mAP50, F1);
 - real clips: against the hand-verified truth (`bench.models.truth`, on the escalated frames that
   have verified boxes: person and vehicle AP50 and F1), and, as a second column, the agreement (F1)
@@ -26,10 +26,8 @@ Writes `bench/results/uplink.{md,json}`.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,8 +37,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bench import _hybrid_sim as sim
-from bench import real_hybrid as real
+from bench import harness
+from bench.harness import REPO_ROOT, RESULTS
+from bench.hybrid import _hybrid_sim as sim
+from bench.hybrid import real_hybrid as real
 from bench.models import truth as verified
 from cloud_service.decoders import CpuDecoder
 from cloud_service.decoders.video import VideoSessions
@@ -59,7 +59,6 @@ from testbed.media import sample_clip
 
 logger = logging.getLogger(__name__)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 AGENT, CAMERA = "bench-uplink", "cam"
 Image = npt.NDArray[np.uint8]
 
@@ -169,7 +168,7 @@ def scene_source(spec: str, rate: float, frames: int | None, threads: int) -> So
     )
 
 
-CPU_CLOUD_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cloud-service.cpu.yaml"
+CPU_CLOUD_CONFIG = REPO_ROOT / "configs" / "cloud-service.cpu.yaml"
 
 
 def config_processor(config_path: Path, threads: int) -> tuple[DetectorFrameProcessor, Engine]:
@@ -469,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     run = timing if args.timing_only else measure
     results = [(source, run(source, LADDER)) for source in sources]
-    given = argv if argv is not None else sys.argv[1:]
-    command = ("python -m bench.uplink " + " ".join(given)).strip()
+    command = harness.command_line(__spec__.name, argv)
     name = "uplink_timing" if args.timing_only else "uplink"
     title = "encoding and decoding times" if args.timing_only else "quality ladder"
     sections = [f"# The uplink's {title}\n\n`{command}`"]
@@ -493,12 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     document = "\n\n".join(sections)
     print(document)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.md").write_text(document + "\n")
-    (args.out / f"{name}.json").write_text(
-        json.dumps({"command": command, "sources": [record(s, r) for s, r in results]}, indent=1)
-        + "\n"
-    )
+    sources_record = [record(s, r) for s, r in results]
+    harness.write_results(name, document, {"command": command, "sources": sources_record}, args.out)
     return 0
 
 

