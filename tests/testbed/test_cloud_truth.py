@@ -1,10 +1,11 @@
-"""The cloud-variant bench's merge steps (`bench.cloud_truth`): flip back, one box per object."""
+"""The cloud-variant bench's merge steps (`bench.models.cloud_truth`): flip back, one box per
+object."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.cloud_truth import _flipped, merged
+from bench.models.cloud_truth import _flipped, merged
 from detection.detections import Detections
 
 

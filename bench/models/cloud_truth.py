@@ -1,6 +1,6 @@
 """Cloud detector variants on real footage against the hand-verified truth: accuracy and cost.
 
-    python -m bench.cloud_truth [--vtest-every 10] [--bikes-every 5] [--threads 2]
+    python -m bench.models.cloud_truth [--vtest-every 10] [--bikes-every 5] [--threads 2]
 
 Is the cloud configuration really stronger than the edge on real footage, and what would make it
 so with what this repository has? Each variant runs on the frames `bench.models.real_footage` reads
@@ -45,6 +45,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
+from bench.harness import REPO_ROOT, RESULTS
 from bench.models.real_footage import (
     COCO_MODELS,
     Clip,
@@ -69,8 +70,6 @@ from detection.detections import Detections
 from detection.runtimes.config import OnnxRuntimeConfig
 from detection.slicing import SlicingConfig, merge_detections
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "bench" / "results"
 CPU_CONFIG = REPO_ROOT / "configs" / "cloud-service.cpu.yaml"
 EXAMPLE_CONFIG = REPO_ROOT / "configs" / "cloud-service.example.yaml"
 EDGE_MODEL = COCO_MODELS / "nanodet-coco-int8.onnx"
@@ -286,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{name} {len(t.frames)} frames / {t.boxes()} boxes" for name, t in truths.items()
     )
     given = argv if argv is not None else sys.argv[1:]
-    command = ("python -m bench.cloud_truth " + " ".join(given)).strip()
+    command = ("python -m bench.models.cloud_truth " + " ".join(given)).strip()
     text = "\n\n".join(
         [
             "# Cloud variants against the hand-verified truth",
