@@ -12,11 +12,11 @@ both alike. Accuracy of the same choice: `python -m bench.models.model_accuracy 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Literal
 
+from bench import harness
 from bench.edge._edge_common import MODELS, class_names, decode_all, ensure_scene
 from bench.harness import RESULTS
 from detection.config import DetectorConfig
@@ -85,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--threads {args.threads}`: edge ONNX model, `events` scene 640x360, "
         f"{len(times['fixed'])} timed frames each, interleaved.\n\n"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "letterbox_fit.md").write_text(header + table + "\n")
-    (RESULTS / "letterbox_fit.json").write_text(json.dumps(rows, indent=2) + "\n")
+    harness.write_results("letterbox_fit", header + table, rows, RESULTS, indent=2)
     return 0
 
 

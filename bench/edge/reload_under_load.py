@@ -20,13 +20,13 @@ frames; for the reloads, how long the frame loop spent applying each. Prints a t
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench import harness
 from bench.edge._edge_common import agent_config, ensure_scene, temp_dir
 from bench.harness import RESULTS
 from edge_agent.config import EdgeAgentConfig
@@ -169,7 +169,6 @@ def main(argv: list[str] | None = None) -> int:
             broker.stop()
     text = table(results)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     header = (
         "# Reloads under load\n\n`python -m bench.edge.reload_under_load "
         f"--seconds {args.seconds:g} --every-s {args.every_s:g} --model {args.model} "
@@ -178,10 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         "not take before the next one came)."
         "\n\n"
     )
-    (RESULTS / "reload_under_load.md").write_text(header + text + "\n")
-    (RESULTS / "reload_under_load.json").write_text(
-        json.dumps([asdict(r) for r in results], indent=2) + "\n"
-    )
+    document = [asdict(r) for r in results]
+    harness.write_results("reload_under_load", header + text, document, RESULTS, indent=2)
     return 0
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from bench import harness
 from bench.harness import REPO_ROOT, RESULTS
 from detection.detector import Detector
 from detection.runtimes.base import InputSpec, Runtime, create_runtime, runtime_metadata
@@ -379,8 +380,6 @@ def main(argv: list[str] | None = None) -> int:
     scenes = sorted({r.scene for r in runs}, key=[r.scene for r in runs].index)
     text = markdown(rows, runs, scenes, wall_s, load)
     print(text)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "slow_box_alerts.md").write_text(text)
     document = {
         "scenes": scenes,
         "wall_s": round(wall_s, 1),
@@ -388,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": [asdict(r) for r in rows],
         "runs": [asdict(r) for r in runs],
     }
-    (args.results_dir / "slow_box_alerts.json").write_text(json.dumps(document, indent=1) + "\n")
+    harness.write_results("slow_box_alerts", text, document, args.results_dir)
     return 0
 
 

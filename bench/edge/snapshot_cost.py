@@ -30,10 +30,7 @@ snapshots / off >= 0.95.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -44,8 +41,8 @@ from typing import Any
 
 import cv2
 import numpy as np
-import numpy.typing as npt
 
+from bench import harness
 from bench.edge._edge_common import (
     agent_config,
     decode_all,
@@ -53,7 +50,15 @@ from bench.edge._edge_common import (
     ensure_scene,
     temp_dir,
 )
-from bench.edge.edge_pipeline import FrameReader, SceneClock
+from bench.edge.edge_pipeline import (
+    CONNECT_TIMEOUT_S,
+    SCENE_FPS,
+    TARGET_FPS,
+    WARMUP_FRAMES,
+    FrameReader,
+    Image,
+    SceneClock,
+)
 from bench.harness import RESULTS
 from edge_agent.capture import CapturedFrame
 from edge_agent.config import EdgeAgentConfig
@@ -62,12 +67,7 @@ from edge_agent.media import MediaStore
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
 from testbed.demo_report import percentile
 
-Image = npt.NDArray[np.uint8]
-SCENE_FPS = 25.0
-TARGET_FPS = 120.0  # above the scene's rate: the limiter must not drop a frame
-CONNECT_TIMEOUT_S = 10.0
-SETTLE_TIMEOUT_S = 60.0
-WARMUP_FRAMES = 5
+SETTLE_TIMEOUT_S = 60.0  # the media store finishing its snapshots and clips
 GOAL = 0.95
 
 logger = logging.getLogger(__name__)
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     found, clip_frames = run(args)
-    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, OpenCV {cv2.__version__}"
+    machine = harness.machine(f"OpenCV {cv2.__version__}")
     title = (
         f"Event media cost in the edge frame loop: {args.frames} scene frames per variant "
         f"(events scene, {clip_frames} frames 640x360 at 25 fps, looped), model {args.model}, "
@@ -336,9 +336,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     text = f"**{title}**\n\n{body}\n\n" + "; ".join(verdicts) + ".\n\n" + notes + "\n"
     print(text)
-    results: Path = args.results_dir
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "snapshot_cost.md").write_text(text)
     document = {
         "title": title,
         "goal_ratio": GOAL,
@@ -369,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             for v in found
         ],
     }
-    (results / "snapshot_cost.json").write_text(json.dumps(document, indent=1) + "\n")
+    harness.write_results("snapshot_cost", text, document, args.results_dir)
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import base64
 import importlib.util
-import json
 import os
 import platform
 import socket
@@ -38,7 +37,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench.harness import REPO_ROOT
+from bench import harness
+from bench.harness import REPO_ROOT, RESULTS
 
 OLD_SERVER_COMMIT = "720c258"
 _PASSWORD = "bench-pass"  # noqa: S105 (a throwaway secret for the child process)
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", choices=("new", "old"), default="new")
     parser.add_argument("--mib", type=int, default=200, help="Body size of the body probes.")
     parser.add_argument("--probes", default=",".join(PROBES), help="Comma-separated subset.")
-    parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "bench" / "results")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--serve", choices=("new", "old"), help=argparse.SUPPRESS)
     parser.add_argument("--media-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -316,16 +316,14 @@ def main(argv: list[str] | None = None) -> int:
         results = [run_probe(name, args.server, args.mib, media) for name in args.probes.split(",")]
     table = _table(results, args.server)
     print(table)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
     document = {
         "server": args.server,
         "mib": args.mib,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "results": [asdict(r) for r in results],
     }
-    out = args.results_dir / f"web_abuse_{args.server}.json"
-    out.write_text(json.dumps(document, indent=2) + "\n")
-    (args.results_dir / f"web_abuse_{args.server}.md").write_text(table + "\n")
+    stem = f"web_abuse_{args.server}"
+    harness.write_results(stem, table, document, args.results_dir, indent=2)
     return 0
 
 

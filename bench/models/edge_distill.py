@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import math
 import sys
@@ -35,6 +34,7 @@ import cv2
 import grpc
 import numpy as np
 
+from bench import harness
 from bench.harness import REPO_ROOT, RESULTS
 from detection.coco_eval import GroundTruth
 from detection.detector import Detector
@@ -358,13 +358,11 @@ def run(site: Site, args: argparse.Namespace) -> int:
             f"{time.perf_counter() - started:.0f} in all, cloud labelling {cloud_s:.0f}, "
             f"fine-tuning {report.train_seconds:.0f}"
         ),
-        "command": "python -m bench.models.edge_distill " + " ".join(args.argv),
+        "command": harness.command_line(__spec__.name, args.argv),
     }
     text = markdown(site, rows, summary)
     print(text)
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "edge_distill.md").write_text(text)
         record = {
             "site": site.name,
             "rows": [dataclasses.asdict(r) for r in rows],
@@ -372,7 +370,7 @@ def run(site: Site, args: argparse.Namespace) -> int:
             "summary": summary,
             "distill_report": report.to_dict(),
         }
-        (RESULTS / "edge_distill.json").write_text(json.dumps(record, indent=2) + "\n")
+        harness.write_results("edge_distill", text, record, RESULTS, indent=2)
     return 0
 
 

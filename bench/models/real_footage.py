@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import platform
@@ -54,6 +53,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from bench import harness
 from bench.harness import REPO_ROOT, RESULTS
 from bench.models.truth import (
     TRUTH_DIR,
@@ -587,9 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     group_ids = {g: [names.index(n) for n in members] for g, members in GROUPS.items()}
     reference = build_reference(_repo_path(args.cloud_config), names, args.threads)
     print(f"reference: {reference.title}", flush=True)
-    load_before = os.getloadavg()[0]
+    load_before = harness.load_average()
     refs, runs = run_all(clips, edges, reference, args.reference_confidence)
-    load_after = os.getloadavg()[0]
+    load_after = harness.load_average()
     reference.engine.close()
     for detector in edges.values():
         detector.close()
@@ -629,55 +629,43 @@ def main(argv: list[str] | None = None) -> int:
         "F1 = 2TP / (2TP + FP + FN) (0 when none of the boxes match).",
         "Sources: " + "; ".join(f"{c.name}: {LICENCE_NOTES[c.name]}" for c in clips),
     ]
-    results: Path = args.results_dir
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "real_footage.md").write_text(
-        f"{table}\n\n{targets_table(checks)}\n\n" + "\n\n".join(notes) + "\n"
-    )
-    (results / "real_footage.json").write_text(
-        json.dumps(
-            {
-                "title": title,
-                "reference": reference.title,
-                "reference_fallback": reference.fallback,
-                "reference_model": None
-                if reference.model is None
-                else {
-                    "file": _shown(reference.model),
-                    "sha256_prefix": sha256_prefix(reference.model),
-                },
-                "settings": {
-                    "cloud_config": _shown(args.cloud_config),
-                    "edge_models": {
-                        k: {"file": _shown(v), "sha256_prefix": sha256_prefix(v)}
-                        for k, v in models.items()
-                    },
-                    "edge_confidence": args.edge_confidence,
-                    "reference_confidence": args.reference_confidence,
-                    "match_iou": MATCH_IOU,
-                    "threads": args.threads,
-                    "groups": GROUPS,
-                    "truth": {
-                        name: {
-                            "file": _shown(t.path) if t.path is not None else None,
-                            "frames": len(t.frames),
-                            "boxes": t.boxes(),
-                        }
-                        for name, t in truths.items()
-                    },
-                    "clips": {
-                        c.name: {"sampling": c.source, "frames": len(c.frames)} for c in clips
-                    },
-                    "machine": machine,
-                },
-                "rows": rows,
-                "targets": checks,
+    document = {
+        "title": title,
+        "reference": reference.title,
+        "reference_fallback": reference.fallback,
+        "reference_model": None
+        if reference.model is None
+        else {
+            "file": _shown(reference.model),
+            "sha256_prefix": sha256_prefix(reference.model),
+        },
+        "settings": {
+            "cloud_config": _shown(args.cloud_config),
+            "edge_models": {
+                k: {"file": _shown(v), "sha256_prefix": sha256_prefix(v)} for k, v in models.items()
             },
-            indent=1,
-        )
-        + "\n"
-    )
-    print(f"\nwrote {results / 'real_footage.md'}, .json and {args.picture} ({size // 1024} KiB)")
+            "edge_confidence": args.edge_confidence,
+            "reference_confidence": args.reference_confidence,
+            "match_iou": MATCH_IOU,
+            "threads": args.threads,
+            "groups": GROUPS,
+            "truth": {
+                name: {
+                    "file": _shown(t.path) if t.path is not None else None,
+                    "frames": len(t.frames),
+                    "boxes": t.boxes(),
+                }
+                for name, t in truths.items()
+            },
+            "clips": {c.name: {"sampling": c.source, "frames": len(c.frames)} for c in clips},
+            "machine": machine,
+        },
+        "rows": rows,
+        "targets": checks,
+    }
+    text = f"{table}\n\n{targets_table(checks)}\n\n" + "\n\n".join(notes) + "\n"
+    md_path, _ = harness.write_results("real_footage", text, document, args.results_dir)
+    print(f"\nwrote {md_path}, .json and {args.picture} ({size // 1024} KiB)")
     return 0
 
 
