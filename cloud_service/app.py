@@ -186,7 +186,10 @@ def _served(engine: Engine, info: ModelInfo, configured_version: str | None) -> 
 
 def _load_engine(config: CloudServiceConfig, detector_config: DetectorConfig, what: str) -> Engine:
     engine = create_engine(
-        detector_config, max_batch_size=config.batching.max_batch_size, slicing=config.slicing
+        detector_config,
+        max_batch_size=config.batching.max_batch_size,
+        slicing=config.slicing,
+        tta=config.tta,
     )
     try:
         warm_up_ms = engine.warm_up()

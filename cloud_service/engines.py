@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cloud_service.config import TtaConfig
 from cloud_service.decoders import BgrImage
 from detection.config import DetectorConfig
 from detection.detections import Detections
@@ -22,7 +23,7 @@ from detection.detector import Detector
 from detection.letterbox import PAD_VALUE
 from detection.runtimes.base import Runtime, create_runtime
 from detection.runtimes.config import OnnxRuntimeConfig
-from detection.slicing import SlicedDetector, SlicingConfig
+from detection.slicing import SlicedDetector, SlicingConfig, merge_detections
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ class Engine:
     """A detector plus its batch sizes and warm-up; `detect` makes it a `BatchDetector`.
 
     With `slicing` enabled, `detect` runs whole frames as native-scale tiles too
-    (`detection.slicing.SlicedDetector`); batch sizes stay counted in frames.
+    (`detection.slicing.SlicedDetector`); batch sizes stay counted in frames. With `tta.flip`,
+    each batch runs a second time mirrored and the two answers are merged per frame.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Engine:
         *,
         max_batch_size: int,
         slicing: SlicingConfig | None = None,
+        tta: TtaConfig | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -91,6 +94,7 @@ class Engine:
             if slicing is not None and slicing.enabled
             else None
         )
+        self.tta = tta or TtaConfig()
         self.runtime_name = runtime.name
         self._runtime = runtime
         self._max_batch_size = max_batch_size
@@ -131,7 +135,21 @@ class Engine:
     ) -> list[Detections]:
         """Detections per image (boxes in each image's pixels); `scale_up` False per image keeps
         small images (region crops) at their own scale instead of enlarging them; with slicing,
-        whole frames larger than the model input also run as tiles."""
+        whole frames larger than the model input also run as tiles; with `tta.flip`, mirrored
+        too (see `flip_merged`)."""
+        found = self._detect(images, scale_up)
+        if not self.tta.flip:
+            return found
+        mirrors = [np.ascontiguousarray(image[:, ::-1]) for image in images]
+        mirrored = self._detect(mirrors, scale_up)
+        return [
+            flip_merged(plain, other, image.shape[1], self.tta.merge_iou)
+            for plain, other, image in zip(found, mirrored, images, strict=True)
+        ]
+
+    def _detect(
+        self, images: Sequence[BgrImage], scale_up: bool | Sequence[bool]
+    ) -> list[Detections]:
         if self.sliced is not None:
             return self.sliced.detect(images, scale_up=scale_up)
         return self.detector.detect(images, scale_up=scale_up)
@@ -148,18 +166,34 @@ class Engine:
         self.detector.close()
 
 
+def flip_merged(plain: Detections, mirrored: Detections, width: int, iou: float) -> Detections:
+    """One frame's answer from its own detections and those of its mirror image (`width` pixels
+    wide): the mirror's boxes are flipped back, and of same-class boxes overlapping above `iou`
+    the more confident is kept (greedy NMS)."""
+    xyxy = mirrored.xyxy.copy()
+    xyxy[:, 0] = width - mirrored.xyxy[:, 2]
+    xyxy[:, 2] = width - mirrored.xyxy[:, 0]
+    back = Detections(xyxy, mirrored.confidence, mirrored.class_id)
+    return merge_detections(Detections.concatenate([plain, back]), "nms", "iou", iou)
+
+
 def create_engine(
-    config: DetectorConfig, *, max_batch_size: int, slicing: SlicingConfig | None = None
+    config: DetectorConfig,
+    *,
+    max_batch_size: int,
+    slicing: SlicingConfig | None = None,
+    tta: TtaConfig | None = None,
 ) -> Engine:
     """Load the runtime that `config.runtime` names; `max_batch_size` caps dynamic batches.
 
-    `slicing` (when enabled) wraps the detector in sliced inference.
+    `slicing` (when enabled) wraps the detector in sliced inference; `tta.flip` detects each
+    frame mirrored too.
     """
     if isinstance(config.runtime, OnnxRuntimeConfig):
         _log_provider_fallback(config.runtime)
     runtime = create_runtime(config.runtime)
     try:
-        engine = Engine(runtime, config, max_batch_size=max_batch_size, slicing=slicing)
+        engine = Engine(runtime, config, max_batch_size=max_batch_size, slicing=slicing, tta=tta)
     except Exception:
         runtime.close()
         raise
