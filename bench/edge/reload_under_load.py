@@ -7,7 +7,10 @@ run:
 - `steady`: no reload;
 - `reloads`: every `--every-s` a reload changes the second camera (its zone moves), so it is
   stopped and rebuilt while the first camera is untouched (the requests go through
-  `EdgeAgent.request_reload`, as the status page's and SIGHUP's do).
+  `EdgeAgent.request_reload`, as the status page's and SIGHUP's do);
+- `model swaps`: every `--every-s` a reload points the `detector:` section at the other of two
+  copies of the model (as a fleet update does: a new file in the updater's cache), so the model
+  is loaded and warmed aside and swapped in between two batches while both cameras run on.
 
 For the untouched camera it reports frames analysed per second, frames its newest-frame slot
 dropped (replaced before the loop took them), and the longest gap between two of its analysed
@@ -20,15 +23,18 @@ frames; for the reloads, how long the frame loop spent applying each. Prints a t
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import harness
-from bench.edge._edge_common import agent_config, ensure_scene, temp_dir
+from bench.edge._edge_common import MODELS, agent_config, ensure_scene, temp_dir
 from bench.harness import RESULTS
+from detection.detector import Detector
 from edge_agent.config import EdgeAgentConfig
 from edge_agent.pipeline import EdgeAgent, FrameOutcome
 
@@ -61,10 +67,39 @@ def _with_second(config: EdgeAgentConfig, shifted: bool) -> EdgeAgentConfig:
     return config.model_copy(update={"cameras": [first, second]})
 
 
+def _with_model(config: EdgeAgentConfig, model_path: Path) -> EdgeAgentConfig:
+    """`config` with its detector reading `model_path` (same runtime, same classes)."""
+    runtime = config.detector.runtime.model_copy(update={"model_path": model_path})
+    detector = config.detector.model_copy(update={"runtime": runtime})
+    return config.model_copy(update={"detector": detector})
+
+
+Change = Callable[[EdgeAgentConfig, bool], EdgeAgentConfig]
+
+
+def camera_change(config: EdgeAgentConfig, flipped: bool) -> EdgeAgentConfig:
+    """The `reloads` variant's change: the second camera's zones moved (or back)."""
+    return _with_second(config, flipped)
+
+
+def model_change(copy: Path) -> Change:
+    """The `model swaps` variant's change: the detector on `copy` of its model (or back)."""
+
+    def change(config: EdgeAgentConfig, flipped: bool) -> EdgeAgentConfig:
+        return _with_second(_with_model(config, copy) if flipped else config, False)
+
+    return change
+
+
 def run_variant(
-    name: str, config: EdgeAgentConfig, seconds: float, every_s: float | None
+    name: str,
+    config: EdgeAgentConfig,
+    seconds: float,
+    every_s: float | None,
+    change: Change = camera_change,
 ) -> Result:
-    """Run the agent for `seconds`, reloading every `every_s` (None: never)."""
+    """Run the agent for `seconds`, applying `change` by a reload every `every_s` (None:
+    never)."""
     agent = EdgeAgent.from_config(_with_second(config, False))
     arrivals: list[float] = []
 
@@ -76,10 +111,10 @@ def run_variant(
     applied_ms: list[float] = []
     original_reload = agent.reload
 
-    def timed_reload(new: EdgeAgentConfig) -> object:
+    def timed_reload(new: EdgeAgentConfig, detector: Detector | None = None) -> object:
         started = time.perf_counter()
         try:
-            return original_reload(new)
+            return original_reload(new, detector)
         finally:
             applied_ms.append((time.perf_counter() - started) * 1000.0)
 
@@ -98,7 +133,7 @@ def run_variant(
     while (now := time.monotonic()) < started + seconds:
         if every_s is not None and now >= next_reload:
             shifted = not shifted
-            agent.request_reload(_with_second(config, shifted)).result(10.0)
+            agent.request_reload(change(config, shifted)).result(30.0)
             next_reload += every_s
         time.sleep(0.01)
     elapsed = time.monotonic() - started
@@ -137,7 +172,7 @@ def table(results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run both variants and write the results."""
+    """Run the variants and write the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--every-s", type=float, default=2.0)
@@ -151,7 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     with temp_dir("bench-reload-") as work:
         broker = start_broker("mosquitto", Path(work))
         try:
-            for name, every in (("steady", None), ("reloads", args.every_s)):
+            model = Path(work) / f"model-copy{MODELS[args.model].suffix}"
+            shutil.copyfile(MODELS[args.model], model)
+            variants: tuple[tuple[str, float | None, Change], ...] = (
+                ("steady", None, camera_change),
+                ("reloads", args.every_s, camera_change),
+                ("model swaps", args.every_s, model_change(model)),
+            )
+            for name, every, change in variants:
                 config = agent_config(
                     scene,
                     camera_urls=[str(scene / "video.mp4")],
@@ -164,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 camera = config.cameras[0].model_copy(update={"loop_file": True})
                 config = config.model_copy(update={"cameras": [camera]})
-                results.append(run_variant(name, config, args.seconds, every))
+                results.append(run_variant(name, config, args.seconds, every, change))
         finally:
             broker.stop()
     text = table(results)
