@@ -84,6 +84,7 @@ from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
 from cloud_service.models import ModelInfo
 from cloud_service.processor import DetectorFrameProcessor
+from configkit import ConfigError
 from configkit.yaml_loader import load_config
 from detection.config import DetectorConfig
 from detection.detections import Detections
@@ -145,6 +146,7 @@ def cache_tag(config_path: Path = CLOUD_CONFIG) -> str:
     settings = {
         "engine": config.engine.model_dump(mode="json", exclude={"runtime"}),
         "slicing": config.slicing.model_dump(mode="json"),
+        "tta": config.tta.model_dump(mode="json"),
     }
     digest.update(json.dumps(settings, sort_keys=True).encode())
     for model in (EDGE_MODEL, REPO_ROOT / runtime.model_path):
@@ -169,12 +171,14 @@ def cloud_engine(threads: int, config_path: Path = CLOUD_CONFIG) -> Engine:
     engine_config = config.engine.model_copy(
         update={"runtime": runtime, "confidence_threshold": LOW_THRESHOLD}
     )
-    return create_engine(engine_config, max_batch_size=1, slicing=config.slicing)
+    return create_engine(engine_config, max_batch_size=1, slicing=config.slicing, tta=config.tta)
 
 
-def cloud_processor(threads: int) -> tuple[DetectorFrameProcessor, Engine]:
+def cloud_processor(
+    threads: int, config_path: Path = CLOUD_CONFIG
+) -> tuple[DetectorFrameProcessor, Engine]:
     """The service's frame processor around the cloud engine."""
-    engine = cloud_engine(threads)
+    engine = cloud_engine(threads, config_path)
     model = ModelInfo(name="nanodet-coco", version="3.0.4-fp32", class_names=tuple(coco_names()))
     return DetectorFrameProcessor(engine, model), engine
 
@@ -185,11 +189,11 @@ def _street(found: Detections, names: list[str]) -> Detections:
 
 
 def _cached_runs(
-    name: str, video: Path, frames: int, threads: int
+    name: str, video: Path, frames: int, threads: int, config_path: Path = CLOUD_CONFIG
 ) -> tuple[list[Detections], list[float], list[Detections], list[int]]:
     """Edge detections, edge ms, cloud answers (whole-frame JPEG requests) and JPEG bytes per
     frame, computed once and cached in `.cache/bench-hybrid/real/`."""
-    path = REAL_CACHE / cache_tag() / f"{name}-{frames}f.json"
+    path = REAL_CACHE / cache_tag(config_path) / f"{name}-{frames}f.json"
     if not path.is_file():
         logger.warning("caching edge and cloud detections of %s (%d frames)", name, frames)
         names = coco_names()
@@ -200,7 +204,7 @@ def _cached_runs(
                 (found,) = detector.detect([image])
                 document["edge_ms"].append((time.perf_counter() - started) * 1000.0)
                 document["edge"].append(detection_rows(found))
-        processor, engine = cloud_processor(threads)
+        processor, engine = cloud_processor(threads, config_path)
         try:
             for index, image in enumerate(read_frames(str(video), frames)):
                 request = frame_request(image, index, 85)
@@ -241,7 +245,13 @@ def reference_frames(cloud: list[Detections], confidence: float) -> list[GroundT
     return out
 
 
-def prepare_clip(name: str, frames: int | None, threads: int, confidence: float) -> SceneData:
+def prepare_clip(
+    name: str,
+    frames: int | None,
+    threads: int,
+    confidence: float,
+    config_path: Path = CLOUD_CONFIG,
+) -> SceneData:
     """A real clip as a `SceneData`: cached edge and cloud runs, the reference as truth."""
     video = sample_clip(MEDIA, name=name)
     capture = cv2.VideoCapture(str(video))
@@ -251,7 +261,7 @@ def prepare_clip(name: str, frames: int | None, threads: int, confidence: float)
     height = int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
     capture.release()
     n = total if frames is None else min(frames, total)
-    edge, edge_ms, cloud, sizes = _cached_runs(name, video, n, threads)
+    edge, edge_ms, cloud, sizes = _cached_runs(name, video, n, threads, config_path)
     n = len(edge)
     names = coco_names()
     root = REAL_CACHE / f"{name}-{n}f"
@@ -273,7 +283,7 @@ def prepare_clip(name: str, frames: int | None, threads: int, confidence: float)
         detector_threshold=EDGE_THRESHOLD,
         scored_tracking=False,
         edge_classes=tuple(names.index(street) for street in STREET),
-        cache_tag=cache_tag(),
+        cache_tag=cache_tag(config_path),
     )
 
 
@@ -466,6 +476,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", default=CLIPS, help=f"comma-separated ({CLIPS})")
     parser.add_argument("--frames", type=int, default=400, help="frames per clip (400)")
     parser.add_argument("--reference-confidence", type=float, default=0.5)
+    parser.add_argument(
+        "--cloud-config",
+        type=Path,
+        default=CLOUD_CONFIG,
+        help="the cloud service config whose engine answers (the shipped CPU config)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--truth-dir", type=Path, default=TRUTH_DIR, help="hand-verified truth, <clip>.json"
@@ -485,10 +501,16 @@ def main(argv: list[str] | None = None) -> int:
         plan = selected_variants(args.only)
     except ValueError as error:
         parser.error(str(error))
+    try:
+        cache_tag(args.cloud_config)  # reads and validates it
+    except (OSError, ConfigError) as error:
+        parser.error(f"--cloud-config: {error}")
     out_dir: Path | None = args.out if args.out is not None else (None if args.only else RESULTS)
     started = time.perf_counter()
     clips = [
-        prepare_clip(name.strip(), args.frames, args.threads, args.reference_confidence)
+        prepare_clip(
+            name.strip(), args.frames, args.threads, args.reference_confidence, args.cloud_config
+        )
         for name in args.clips.split(",")
     ]
     truths = {data.label: clip_truth(data.label, args.truth_dir) for data in clips}
@@ -497,7 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     for data in clips:
         answers = CloudAnswers(
-            data, REAL_CACHE, args.threads, processor=lambda: cloud_processor(args.threads)
+            data,
+            REAL_CACHE,
+            args.threads,
+            processor=lambda: cloud_processor(args.threads, args.cloud_config),
         )
         crops = EdgeCrops(data, REAL_CACHE, args.threads, detector=lambda: edge_detector(2))
         try:

@@ -65,3 +65,17 @@ def test_only_with_an_unknown_name_is_a_usage_error(capsys: pytest.CaptureFixtur
         real_hybrid.main(["--only", "nope"])
     assert exit_info.value.code == 2
     assert "no variant is named 'nope'" in capsys.readouterr().err
+
+
+def test_a_missing_or_invalid_cloud_config_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engine:\n  runtime: 3\n")
+    for path, expected in ((tmp_path / "none.yaml", "No such file"), (bad, "bad.yaml:2")):
+        with pytest.raises(SystemExit) as exited:
+            real_hybrid.main(["--cloud-config", str(path), "--only", "edge only"])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "--cloud-config" in err and expected in err
+        assert "Traceback" not in err
