@@ -119,7 +119,7 @@ class CloudService:
         self.decoder.close()
 
 
-_MODEL_SECTIONS = ("engine", "candidate", "slicing", "model_name", "model_version")
+_MODEL_SECTIONS = ("engine", "candidate", "slicing", "tta", "model_name", "model_version")
 
 
 def _model_sections(config: CloudServiceConfig) -> dict[str, object]:

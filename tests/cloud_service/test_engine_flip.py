@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cloud_service.app import _load_engine
+from cloud_service.app import _load_engine, _model_sections
 from cloud_service.config import CloudServiceConfig, TtaConfig
 from cloud_service.engines import create_engine, flip_merged
 from configkit import ConfigError, parse_config
@@ -116,3 +116,10 @@ def test_the_service_builds_its_engine_with_the_configured_flip() -> None:
         assert engine.tta == TtaConfig(flip=True, merge_iou=0.6)
     finally:
         engine.close()
+
+
+def test_a_reload_that_turns_the_flip_on_reloads_the_models() -> None:
+    base = "engine:\n  runtime:\n    type: onnxruntime\n    model_path: m.onnx\n"
+    off = parse_config(base, CloudServiceConfig)
+    on = parse_config(base + "tta:\n  flip: true\n", CloudServiceConfig)
+    assert _model_sections(off) != _model_sections(on)  # a model change, not a restart
