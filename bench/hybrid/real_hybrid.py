@@ -71,6 +71,7 @@ from bench.hybrid._hybrid_sim import (
     simulate,
 )
 from bench.hybrid.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
+from bench.models.real_footage import cloud_config_on_cpu
 from bench.models.truth import (
     TRUTH_DIR,
     ClipTruth,
@@ -80,12 +81,10 @@ from bench.models.truth import (
     restricted,
     score_frames,
 )
-from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
 from cloud_service.models import ModelInfo
 from cloud_service.processor import DetectorFrameProcessor
 from configkit import ConfigError
-from configkit.yaml_loader import load_config
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
@@ -138,10 +137,9 @@ def edge_detector(threads: int) -> Detector:
 def cache_tag(config_path: Path = CLOUD_CONFIG) -> str:
     """Names what made the cached detections: the cloud config's engine and slicing settings
     and the edge and cloud model files (a hash of them all)."""
-    config = load_config(config_path, CloudServiceConfig)
+    config = cloud_config_on_cpu(config_path, threads=1)  # threads are not part of the tag
     runtime = config.engine.runtime
-    if not isinstance(runtime, OnnxRuntimeConfig):
-        raise SystemExit(f"{config_path}: expected an onnxruntime engine, got {runtime.type}")
+    assert isinstance(runtime, OnnxRuntimeConfig)  # noqa: S101 - cloud_config_on_cpu checked it
     digest = hashlib.sha256()
     settings = {
         "engine": config.engine.model_dump(mode="json", exclude={"runtime"}),
@@ -149,7 +147,7 @@ def cache_tag(config_path: Path = CLOUD_CONFIG) -> str:
         "tta": config.tta.model_dump(mode="json"),
     }
     digest.update(json.dumps(settings, sort_keys=True).encode())
-    for model in (EDGE_MODEL, REPO_ROOT / runtime.model_path):
+    for model in (EDGE_MODEL, runtime.model_path):
         digest.update(hashlib.sha256(model.read_bytes()).digest())
     return f"cloud-{digest.hexdigest()[:12]}"
 
@@ -157,20 +155,8 @@ def cache_tag(config_path: Path = CLOUD_CONFIG) -> str:
 def cloud_engine(threads: int, config_path: Path = CLOUD_CONFIG) -> Engine:
     """A cloud config's engine (model, input size, slicing; the shipped CPU config's unless
     `config_path` names another), on the CPU here."""
-    config = load_config(config_path, CloudServiceConfig)
-    runtime = config.engine.runtime
-    if not isinstance(runtime, OnnxRuntimeConfig):
-        raise SystemExit(f"{config_path}: expected an onnxruntime engine, got {runtime.type}")
-    runtime = runtime.model_copy(
-        update={
-            "model_path": REPO_ROOT / runtime.model_path,
-            "providers": ["CPUExecutionProvider"],
-            "intra_op_threads": threads,
-        }
-    )
-    engine_config = config.engine.model_copy(
-        update={"runtime": runtime, "confidence_threshold": LOW_THRESHOLD}
-    )
+    config = cloud_config_on_cpu(config_path, threads)
+    engine_config = config.engine.model_copy(update={"confidence_threshold": LOW_THRESHOLD})
     return create_engine(engine_config, max_batch_size=1, slicing=config.slicing, tta=config.tta)
 
 

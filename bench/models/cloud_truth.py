@@ -51,6 +51,7 @@ from bench.models.real_footage import (
     Clip,
     Image,
     clip_truths,
+    cloud_config_on_cpu,
     load_clips,
 )
 from bench.models.truth import (
@@ -62,9 +63,7 @@ from bench.models.truth import (
     score_frames,
     tally_record,
 )
-from cloud_service.config import CloudServiceConfig
 from cloud_service.engines import Engine, create_engine
-from configkit.yaml_loader import load_config
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.runtimes.config import OnnxRuntimeConfig
@@ -107,18 +106,8 @@ def _engine(
 
 def _config_engine(path: Path, threads: int, size: tuple[int, int] | None = None) -> Engine:
     """The engine a cloud config builds (its model, input, threshold, slicing), on this CPU."""
-    config = load_config(path, CloudServiceConfig)
-    runtime = config.engine.runtime
-    if not isinstance(runtime, OnnxRuntimeConfig):
-        raise SystemExit(f"{path}: expected an onnxruntime engine, got {runtime.type}")
-    runtime = runtime.model_copy(
-        update={
-            "model_path": REPO_ROOT / runtime.model_path,
-            "providers": ["CPUExecutionProvider"],
-            "intra_op_threads": threads,
-        }
-    )
-    update: dict[str, Any] = {"runtime": runtime, "classes": list(STREET)}
+    config = cloud_config_on_cpu(path, threads)
+    update: dict[str, Any] = {"classes": list(STREET)}
     if size is not None:
         update["input_size"] = size
     return create_engine(

@@ -188,6 +188,25 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path)
 
 
+def cloud_config_on_cpu(config_path: Path, threads: int) -> CloudServiceConfig:
+    """A cloud config file with its ONNX Runtime engine on this CPU: the model path taken from
+    the repo root, the CPU provider, `threads` threads. `SystemExit` for another runtime."""
+    config = load_config(config_path, CloudServiceConfig)
+    runtime = config.engine.runtime
+    if not isinstance(runtime, OnnxRuntimeConfig):
+        raise SystemExit(f"{config_path}: expected an onnxruntime engine, got {runtime.type}")
+    runtime = runtime.model_copy(
+        update={
+            "model_path": REPO_ROOT / runtime.model_path,
+            "providers": ["CPUExecutionProvider"],
+            "intra_op_threads": threads,
+        }
+    )
+    return config.model_copy(
+        update={"engine": config.engine.model_copy(update={"runtime": runtime})}
+    )
+
+
 def build_reference(config_path: Path, names: list[str], threads: int) -> Reference:
     """The cloud config's engine (the service's factory, its slicing), or the fallback."""
     config = load_config(config_path, CloudServiceConfig)
