@@ -46,6 +46,14 @@ def broker_args(broker: MosquittoBroker) -> list[str]:
     return ["--broker", f"{broker.host}:{broker.port}", "--prefix", PREFIX, "--wait-s", "0.5"]
 
 
+def rollout(
+    action: str, setup: dict[str, Any], broker: MosquittoBroker, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`fleet rollout ACTION` on the test's store, key and broker, then `args`."""
+    store, key = setup["store"], setup["key"]
+    return fleet("rollout", action, "--store", store, "--key", key, *broker_args(broker), *args)
+
+
 @pytest.fixture
 def setup(tmp_path: Path) -> dict[str, Any]:
     key = tmp_path / "fleet.pem"
@@ -219,14 +227,10 @@ def test_rollout_start_promote_halt(
 def test_rollout_of_an_unpublished_model(
     setup: dict[str, Any], mosquitto_broker: MosquittoBroker
 ) -> None:
-    result = fleet(
-        "rollout",
+    result = rollout(
         "start",
-        "--store",
-        setup["store"],
-        "--key",
-        setup["key"],
-        *broker_args(mosquitto_broker),
+        setup,
+        mosquitto_broker,
         "--model",
         "det:9",
     )
@@ -266,14 +270,10 @@ def test_list_reads_the_retained_status_documents(
     sha = setup["sha"]
     new = {"name": "det", "version": "2", "sha256": sha}
     old = {"name": "det", "version": "1", "sha256": "ab" * 32}
-    started = fleet(
-        "rollout",
+    started = rollout(
         "start",
-        "--store",
-        setup["store"],
-        "--key",
-        setup["key"],
-        *broker_args(mosquitto_broker),
+        setup,
+        mosquitto_broker,
         "--model",
         "det:2",
         "--canary",
@@ -365,14 +365,10 @@ def test_rollout_run_promotes_after_the_soak(
 ) -> None:
     for name in ("box-1", "box-2", "box-3"):
         agents.append(PlayedAgent(mosquitto_broker, name, _taker(name)))
-    result = fleet(
-        "rollout",
+    result = rollout(
         "run",
-        "--store",
-        setup["store"],
-        "--key",
-        setup["key"],
-        *broker_args(mosquitto_broker),
+        setup,
+        mosquitto_broker,
         "--model",
         "det:2",
         "--canary",
@@ -407,14 +403,10 @@ def test_rollout_run_halts_when_the_canary_rolls_back(
     agents.append(PlayedAgent(mosquitto_broker, "box-1", rolls_back))
     recorder = MqttRecorder(mosquitto_broker, f"{PREFIX}/fleet/rollouts/#")
     try:
-        result = fleet(
-            "rollout",
+        result = rollout(
             "run",
-            "--store",
-            setup["store"],
-            "--key",
-            setup["key"],
-            *broker_args(mosquitto_broker),
+            setup,
+            mosquitto_broker,
             "--model",
             "det:2",
             "--canary",
@@ -435,14 +427,10 @@ def test_rollout_run_halts_when_the_canary_rolls_back(
 def test_rollout_run_halts_when_the_canary_does_not_answer(
     setup: dict[str, Any], mosquitto_broker: MosquittoBroker
 ) -> None:
-    result = fleet(
-        "rollout",
+    result = rollout(
         "run",
-        "--store",
-        setup["store"],
-        "--key",
-        setup["key"],
-        *broker_args(mosquitto_broker),
+        setup,
+        mosquitto_broker,
         "--model",
         "det:2",
         "--canary",
