@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from configkit.base import StrictModel
 from configkit.yaml_loader import config_errors
+from detection.class_groups import COCO_GROUPS
 from detection.runtimes.config import RuntimeConfig
 
 _STRIDE = 32  # YOLO's largest feature stride: input sides must be multiples of it
@@ -38,6 +39,24 @@ class DetectorConfig(StrictModel):
     )
     class_agnostic_nms: bool = Field(
         default=False, description="Suppress overlapping boxes across classes, not only within one."
+    )
+    class_groups: list[list[str]] = Field(
+        default_factory=lambda: [list(group) for group in COCO_GROUPS],
+        max_length=1_000,
+        description=(
+            "Classes the model confuses on one object (a van called car and truck): after "
+            "per-class NMS a box overlapping a more confident box of another class of its group "
+            "above `class_group_iou` is dropped, and the edge tracker lets a track continue "
+            "across the classes of one group only (a person is never continued by the bicycle "
+            "under them). Names the model lacks are ignored; []: no groups."
+        ),
+    )
+    class_group_iou: float = Field(
+        default=0.8,
+        ge=0.0,
+        le=1.0,
+        description="IoU above which two boxes of one class group are one object (see "
+        "`class_groups`).",
     )
     class_names: list[str] = Field(
         default_factory=list,
@@ -101,6 +120,17 @@ class DetectorConfig(StrictModel):
                     f"input_size sides must be multiples of {_STRIDE} in {_STRIDE}..4096, "
                     f"got {value}"
                 )
+        return value
+
+    @field_validator("class_groups")
+    @classmethod
+    def _check_class_groups(cls, value: list[list[str]]) -> list[list[str]]:
+        seen: set[str] = set()
+        for group in value:
+            twice = seen.intersection(group)
+            if twice:
+                raise ValueError(f"class {sorted(twice)[0]!r} is in more than one class group")
+            seen.update(group)
         return value
 
     @model_validator(mode="after")

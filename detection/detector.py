@@ -14,6 +14,7 @@ from types import TracebackType
 import numpy as np
 import numpy.typing as npt
 
+from detection.class_groups import group_ids, group_nms
 from detection.config import DetectorConfig
 from detection.decode import BoxUnits, decode_yolo
 from detection.detections import Detections
@@ -112,6 +113,7 @@ class Detector:
         kept = resolve_class_filter(config.classes, self._class_names, model)
         self._kept_classes = None if kept is None else np.asarray(kept, dtype=np.int64)
         self._num_classes = len(self._class_names) or None
+        self._groups = group_ids(config.class_groups, self._class_names)
         logger.info(
             "detector on %s, input %s%s, %s classes%s, confidence >= %s, IoU %s",
             runtime.name,
@@ -145,6 +147,11 @@ class Detector:
     def config(self) -> DetectorConfig:
         """The config this detector was built from."""
         return self._config
+
+    @property
+    def class_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The config's `class_groups` as class ids of this model (groups it lacks dropped)."""
+        return self._groups
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -250,6 +257,15 @@ class Detector:
                 candidates.class_id,
                 self._config.iou_threshold,
             )
+        if self._groups and not self._config.class_agnostic_nms:
+            merged = group_nms(
+                candidates.xyxy[keep],
+                candidates.confidence[keep],
+                candidates.class_id[keep],
+                self._groups,
+                self._config.class_group_iou,
+            )
+            keep = keep[merged]
         kept = candidates[keep[: self._config.max_detections]]
         return Detections(
             xyxy=info.to_source(kept.xyxy), confidence=kept.confidence, class_id=kept.class_id

@@ -35,6 +35,7 @@ from cloud_service.decoders import BgrImage
 from cloud_service.decoders.video import SUPPORTED_CODECS, VideoSessions
 from cloud_service.models import ModelInfo
 from cloud_service.processor import DetectorFrameProcessor
+from detection.class_groups import COCO_GROUPS, GroupKeys
 from detection.coco_eval import GroundTruth, box_iou_coco, compute_metrics
 from detection.config import DetectorConfig
 from detection.detections import Detections
@@ -143,29 +144,35 @@ def above(detections: Detections, threshold: float) -> Detections:
     return Detections(detections.xyxy[keep], detections.confidence[keep], detections.class_id[keep])
 
 
-def edge_detector(threads: int) -> Detector:
+def edge_detector_config(threads: int) -> DetectorConfig:
     """The committed edge INT8 model, keeping boxes down to the tracker's low-score threshold
     (as `EdgeAgent.from_config` lowers the detector's threshold)."""
-    return Detector.from_config(
-        DetectorConfig(
-            runtime=LiteRTConfig(model_path=EDGE_MODEL, num_threads=threads),
-            class_names=class_names(),
-            confidence_threshold=CACHE_THRESHOLD,
-        )
+    return DetectorConfig(
+        runtime=LiteRTConfig(model_path=EDGE_MODEL, num_threads=threads),
+        class_names=class_names(),
+        confidence_threshold=CACHE_THRESHOLD,
+    )
+
+
+def edge_detector(threads: int) -> Detector:
+    """The detector of `edge_detector_config`."""
+    return Detector.from_config(edge_detector_config(threads))
+
+
+def cloud_detector_config(threads: int) -> DetectorConfig:
+    """The committed cloud model on the CPU, down to the cache threshold."""
+    return DetectorConfig(
+        runtime=OnnxRuntimeConfig(model_path=CLOUD_MODEL, intra_op_threads=threads),
+        class_names=class_names(),
+        input_size=CLOUD_INPUT_SIZE,
+        confidence_threshold=CACHE_THRESHOLD,
     )
 
 
 def cloud_processor(threads: int) -> tuple[DetectorFrameProcessor, Detector]:
     """The cloud service's frame processor around the committed cloud model (CPU, in-process)."""
     names = class_names()
-    detector = Detector.from_config(
-        DetectorConfig(
-            runtime=OnnxRuntimeConfig(model_path=CLOUD_MODEL, intra_op_threads=threads),
-            class_names=names,
-            input_size=CLOUD_INPUT_SIZE,
-            confidence_threshold=CACHE_THRESHOLD,
-        )
-    )
+    detector = Detector.from_config(cloud_detector_config(threads))
     model = ModelInfo(name=CLOUD_MODEL.stem, version="committed", class_names=tuple(names))
     return DetectorFrameProcessor(detector, model), detector
 
@@ -203,6 +210,8 @@ class SceneData:
     camera: CameraConfig | None = None  # with zones, lines and rules on `events` scenes
     expected: list[SceneEvent] = field(default_factory=list)
     class_names: list[str] = field(default_factory=lambda: class_names())  # of both models
+    # the detectors' class groups (`DetectorConfig.class_groups`; the tracker's gate)
+    class_groups: tuple[tuple[str, ...], ...] = COCO_GROUPS
     tracker: TrackerConfig = TRACKER
     detector_threshold: float = DETECTOR_THRESHOLD  # tracks start above it
     scored_tracking: bool = True  # False: the ground truth has no identities (real footage)
@@ -328,12 +337,22 @@ def prepare_scene(
 
 
 def models_tag() -> str:
-    """Names the committed edge and cloud models (a hash of both files): cached detections
-    live under it, so a retrained model never meets another model's cache."""
+    """Names the committed edge and cloud models and their detector settings (a hash of the
+    files and of the configs bar the runtime): cached detections live under it, so a
+    retrained model or a changed NMS never meets another's cache."""
     digest = hashlib.sha256()
     for path in (EDGE_MODEL, CLOUD_MODEL):
         digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for config in (edge_detector_config(1), cloud_detector_config(1)):
+        digest.update(detector_settings_digest(config))
     return f"models-{digest.hexdigest()[:12]}"
+
+
+def detector_settings_digest(config: DetectorConfig) -> bytes:
+    """A digest of what a detector config decides about its boxes (the runtime aside: the
+    model file is hashed on its own, threads change nothing)."""
+    settings = config.model_dump(mode="json", exclude={"runtime"})
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).digest()
 
 
 def _cached(
@@ -688,7 +707,12 @@ def simulate(
     policy = EscalationPolicy.from_config(config, clock) if variant.mode == "hybrid" else None
     pipeline = CameraPipeline(
         sim_camera(data),
-        CameraTracker.from_config(data.tracker, data.detector_threshold, NoEmbedder()),
+        CameraTracker.from_config(
+            data.tracker,
+            data.detector_threshold,
+            NoEmbedder(),
+            GroupKeys.from_names(data.class_groups, data.class_names),
+        ),
         data.class_names,
         fusion=fusion_settings(config, data.fps, data.edge_classes),
         escalator=policy,

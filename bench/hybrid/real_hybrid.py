@@ -121,22 +121,25 @@ def coco_names() -> list[str]:
     return list(names)
 
 
-def edge_detector(threads: int) -> Detector:
+def edge_detector_config(threads: int) -> DetectorConfig:
     """The shipped edge config's detector, down to the low-score threshold."""
-    return Detector.from_config(
-        DetectorConfig(
-            runtime=OnnxRuntimeConfig(model_path=EDGE_MODEL, intra_op_threads=threads),
-            input_size=EDGE_SIZE,
-            confidence_threshold=LOW_THRESHOLD,
-            iou_threshold=0.45,
-            classes=list(STREET),
-        )
+    return DetectorConfig(
+        runtime=OnnxRuntimeConfig(model_path=EDGE_MODEL, intra_op_threads=threads),
+        input_size=EDGE_SIZE,
+        confidence_threshold=LOW_THRESHOLD,
+        iou_threshold=0.45,
+        classes=list(STREET),
     )
 
 
+def edge_detector(threads: int) -> Detector:
+    """The detector of `edge_detector_config`."""
+    return Detector.from_config(edge_detector_config(threads))
+
+
 def cache_tag(config_path: Path = CLOUD_CONFIG) -> str:
-    """Names what made the cached detections: the cloud config's engine and slicing settings
-    and the edge and cloud model files (a hash of them all)."""
+    """Names what made the cached detections: the cloud config's engine and slicing settings,
+    the edge detector's settings and the edge and cloud model files (a hash of them all)."""
     config = cloud_config_on_cpu(config_path, threads=1)  # threads are not part of the tag
     runtime = config.engine.runtime
     assert isinstance(runtime, OnnxRuntimeConfig)  # noqa: S101 - cloud_config_on_cpu checked it
@@ -145,6 +148,7 @@ def cache_tag(config_path: Path = CLOUD_CONFIG) -> str:
         "engine": config.engine.model_dump(mode="json", exclude={"runtime"}),
         "slicing": config.slicing.model_dump(mode="json"),
         "tta": config.tta.model_dump(mode="json"),
+        "edge": edge_detector_config(1).model_dump(mode="json", exclude={"runtime"}),
     }
     digest.update(json.dumps(settings, sort_keys=True).encode())
     for model in (EDGE_MODEL, runtime.model_path):

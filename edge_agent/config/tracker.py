@@ -105,6 +105,15 @@ class TrackerConfig(StrictModel):
         ),
     )
 
+    class_gate: bool = Field(
+        default=True,
+        description=(
+            "A detection continues only a track of its own class or of its class group "
+            "(`detector.class_groups`: a van's track survives car/truck flicker, a person's is "
+            "never continued by the bicycle under them). false: any detection may continue any "
+            "track (swaps cyclists' person and bicycle tracks; bench/results/real_hybrid.md)."
+        ),
+    )
     new_track_min_score: float | None = Field(
         default=None,
         ge=0.0,

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from configkit.secrets import SecretError
+from detection.class_groups import GroupKeys
 from detection.config import DetectorConfig
 from detection.detections import Detections
 from detection.detector import Detector
@@ -529,7 +530,12 @@ class EdgeAgent:
             on_state_change=functools.partial(self._on_state_change, generation),
         )
         detector_threshold = self.config.detector.confidence_threshold
-        tracker = CameraTracker.from_config(self.config.tracker, detector_threshold, self._embedder)
+        tracker = CameraTracker.from_config(
+            self.config.tracker,
+            detector_threshold,
+            self._embedder,
+            GroupKeys(self.detector.class_groups),
+        )
         # the detector's names: the config's, else the model's own (its metadata)
         names = self.detector.class_names
         for rule in camera.rules:

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from detection.class_groups import GroupKeys
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking.embedders import Embedder, Float32Array, NoEmbedder
@@ -43,11 +44,16 @@ class CameraTracker:
 
     @classmethod
     def from_config(
-        cls, config: TrackerConfig, confidence_threshold: float, embedder: Embedder | None = None
+        cls,
+        config: TrackerConfig,
+        confidence_threshold: float,
+        embedder: Embedder | None = None,
+        class_keys: GroupKeys | None = None,
     ) -> CameraTracker:
-        """A tracker with the `tracker:` settings and the given embedder (none: IoU only)."""
+        """A tracker with the `tracker:` settings, the given embedder (none: IoU only) and the
+        detector's class groups (`class_keys`; see `DeepSortTracker.from_config`)."""
         return cls(
-            FusedTracker.from_config(config, confidence_threshold),
+            FusedTracker.from_config(config, confidence_threshold, class_keys),
             embedder,
             config.embed_policy,
         )

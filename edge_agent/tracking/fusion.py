@@ -64,7 +64,7 @@ from edge_agent.escalation.roi import iou
 from edge_agent.tracking.cloud_evidence import CLOUD_VOTE_WEIGHT, CloudTerms, CloudTrack
 from edge_agent.tracking.fused_tracker import FusedTracker
 from edge_agent.tracking.kalman import xyxy_to_xyah
-from edge_agent.tracking.matching import iou_cost, linear_assignment
+from edge_agent.tracking.matching import INFEASIBLE_COST, iou_cost, linear_assignment
 from edge_agent.tracking.track import TrackState
 
 Box = tuple[float, float, float, float]
@@ -363,6 +363,11 @@ def fuse_answer(
     cost = np.zeros((len(then), len(rows)))
     if then and rows:
         cost = iou_cost(boxes_then, cloud.xyxy[rows])
+        if tracker.class_keys is not None:  # a cloud bicycle never confirms the rider's track
+            same = tracker.class_keys.same_kind(
+                [track.class_id for track, _ in then], cloud.class_id[rows]
+            )
+            cost = np.where(same, cost, INFEASIBLE_COST)
         assignment = linear_assignment(
             cost, 1.0 - s.min_iou, list(range(len(then))), list(range(len(rows)))
         )
@@ -523,17 +528,23 @@ def _create_tracks(
 ) -> int:
     """Start confirmed tracks for the confident cloud boxes no track explains; how many."""
     created = 0
-    present = [t.to_xyxy() for t in tracker.tracks]
+    present = [(t.to_xyxy(), t.class_id) for t in tracker.tracks]
     if s.new_track_min_score >= 1.0:  # off (a cloud answering exactly 1.0 starts nothing)
         return 0
+    keys = tracker.class_keys
     for c in unmatched:
         if float(cloud.confidence[c]) < max(s.new_track_min_score, s.min_cloud_score):
             continue
-        if present and _overlapping(cloud.xyxy[c : c + 1], np.stack(present), s.covered_iou)[0]:
-            continue  # a track already covers it now (it moved since that frame)
+        # a track of its kind already covers it now (it moved since that frame); a rider's
+        # person box is not covered by the bicycle's track
+        kin = [
+            box for box, k in present if keys is None or keys.key(k) == keys.key(cloud.class_id[c])
+        ]
+        if kin and _overlapping(cloud.xyxy[c : c + 1], np.stack(kin), s.covered_iou)[0]:
+            continue
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED
         track.cloud.vote(int(cloud.class_id[c]), float(cloud.confidence[c]), s.terms())
-        present.append(track.to_xyxy())
+        present.append((track.to_xyxy(), track.class_id))
         created += 1
     return created

@@ -10,10 +10,12 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
+from detection.class_groups import GroupKeys
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking.kalman import CHI2INV95, FloatArray, KalmanFilter, xyxy_to_xyah
 from edge_agent.tracking.matching import (
+    INFEASIBLE_COST,
     Assignment,
     buffered,
     cosine_cost,
@@ -77,6 +79,7 @@ class DeepSortTracker:
         skip_iou_buffer: float = 0.0,
         skip_iou_buffer_max: float = 3.0,
         skip_backdate_origin: bool = False,
+        class_keys: GroupKeys | None = None,
     ) -> None:
         _check_range("max_age_frames", max_age_frames, 1, 10_000)
         _check_range("n_init", n_init, 1, 100)
@@ -113,6 +116,8 @@ class DeepSortTracker:
         self.skip_iou_buffer_max = float(skip_iou_buffer_max)
         self._buffer = 0.0  # this frame's IoU buffer (`skip_iou_buffer` x skipped intervals)
         self.backdate_origins = bool(skip_backdate_origin)
+        # which detections may continue which tracks by class (None: any class, any track)
+        self.class_keys = class_keys
         if new_track_min_score is None:
             new_track_min_score = self.confidence_threshold
         _check_range("new_track_min_score", new_track_min_score, 0.0, 1.0)
@@ -126,8 +131,15 @@ class DeepSortTracker:
         self._feature_frame: dict[int, int] = {}  # track id -> frame of its newest feature
 
     @classmethod
-    def from_config(cls, config: TrackerConfig, confidence_threshold: float) -> Self:
-        """A tracker with the `tracker:` settings and the detector's confidence threshold."""
+    def from_config(
+        cls,
+        config: TrackerConfig,
+        confidence_threshold: float,
+        class_keys: GroupKeys | None = None,
+    ) -> Self:
+        """A tracker with the `tracker:` settings, the detector's confidence threshold and
+        its class groups (`class_keys`, from `detector.class_groups`; None or
+        `tracker.class_gate` off: a detection of any class may continue any track)."""
         return cls(
             max_age_frames=config.max_age_frames,
             n_init=config.n_init,
@@ -142,6 +154,7 @@ class DeepSortTracker:
             skip_iou_buffer=config.skip_iou_buffer,
             skip_iou_buffer_max=config.skip_iou_buffer_max,
             skip_backdate_origin=config.skip_backdate_origin,
+            class_keys=class_keys if config.class_gate else None,
         )
 
     def update(
@@ -430,8 +443,9 @@ class DeepSortTracker:
         if not self.tracks or not high:
             return []
         boxes = np.stack([t.to_xyxy() for t in self.tracks])
-        overlap = iou_cost(boxes, detections.xyxy[high]) <= self.max_iou_distance
-        candidate = overlap | self._gate_mask(xyah[high])
+        same = self._same_kind(list(range(len(self.tracks))), detections, high)
+        overlap = (iou_cost(boxes, detections.xyxy[high]) <= self.max_iou_distance) & same
+        candidate = overlap | (self._gate_mask(xyah[high]) & same)
         alone = (candidate.sum(axis=1) == 1)[:, None] & (candidate.sum(axis=0) == 1)[None, :]
         recent = np.array([t.time_since_update == 1 for t in self.tracks])[:, None]
         apart = ~self._crowded(boxes, detections.xyxy[high])
@@ -521,7 +535,9 @@ class DeepSortTracker:
             def appearance(track_idx: Sequence[int], det_idx: Sequence[int]) -> FloatArray:
                 cost = cosine_cost([self.tracks[t].gallery() for t in track_idx], feats[det_idx])
                 states = [(self.tracks[t].mean, self.tracks[t].covariance) for t in track_idx]
-                return gate_cost_matrix(self.kalman, cost, states, xyah[det_idx])
+                gated = gate_cost_matrix(self.kalman, cost, states, xyah[det_idx])
+                same = self._same_kind(list(track_idx), detections, list(det_idx))
+                return np.where(same, gated, INFEASIBLE_COST)
 
             cascade = matching_cascade(
                 appearance,
@@ -567,4 +583,16 @@ class DeepSortTracker:
             track_boxes = buffered(track_boxes, self._buffer)
             detection_boxes = buffered(detection_boxes, self._buffer)
         cost = iou_cost(track_boxes, detection_boxes)
+        cost = np.where(self._same_kind(tracks, detections, dets), cost, INFEASIBLE_COST)
         return linear_assignment(cost, max_distance, tracks, dets)
+
+    def _same_kind(
+        self, tracks: list[int], detections: Detections, dets: list[int]
+    ) -> npt.NDArray[np.bool_]:
+        """`(tracks, dets)`: whether the detection's class may continue the track's (its own
+        class, or one of its group in `class_keys`; everything where there are none)."""
+        if self.class_keys is None:
+            return np.ones((len(tracks), len(dets)), dtype=bool)
+        return self.class_keys.same_kind(
+            [self.tracks[t].class_id for t in tracks], detections.class_id[dets]
+        )

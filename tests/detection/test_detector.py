@@ -171,8 +171,23 @@ def test_scale_up_flags_must_match_the_images() -> None:
         ({"iou_threshold": 1.0}, [0.9, 0.8, 0.7]),
         ({"max_detections": 1}, [0.9]),
         ({"confidence_threshold": 0.85}, [0.9]),
+        # a and b one group: the b twin of the 0.9 a box goes (IoU about 0.94 > 0.8)
+        ({"class_groups": [["a", "b"]]}, [0.9]),
+        ({"class_groups": [["a", "b"]], "class_group_iou": 0.95}, [0.9, 0.7]),
+        ({"class_groups": [["a", "c"]]}, [0.9, 0.7]),  # b is in no group
+        ({"class_groups": [["a", "zebra"]]}, [0.9, 0.7]),  # a group of one known class
     ],
-    ids=["per-class", "agnostic", "no-suppression", "max-detections", "threshold"],
+    ids=[
+        "per-class",
+        "agnostic",
+        "no-suppression",
+        "max-detections",
+        "threshold",
+        "group",
+        "group-below-iou",
+        "other-group",
+        "unknown-names",
+    ],
 )
 def test_nms_and_limits(overrides: dict[str, Any], expected_scores: list[float]) -> None:
     shifted = [BOX[0] + 1, *BOX[1:]]

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from detection.class_groups import GroupKeys
 from detection.detections import Detections
 from edge_agent.capture.frames import CapturedFrame
 from edge_agent.config import CameraConfig, EscalationConfig
@@ -576,3 +577,31 @@ def test_the_pipeline_drops_cloud_classes_its_detector_drops_before_fusing() -> 
     assert result is not None and (result.created, result.unexplained) == (0, ())
     assert pipeline.focus_tiles(CapturedFrame("cam", 1, 100.1, 0.1, image)) == []
     assert pipeline.tracker.tracker.tracks == []
+
+
+RIDER_KEYS = GroupKeys([(1, 3)])  # COCO-like: 1 bicycle and 3 motorcycle one group, 0 person alone
+BICYCLE = 1
+
+
+def test_a_cloud_bicycle_box_never_confirms_or_relabels_the_riders_person_track() -> None:
+    """With class groups the rider's person track and the cloud's bicycle box (nearly the same
+    box) are different objects: the bicycle does not relabel the person, it starts its own."""
+    tracker = FusedTracker(n_init=2, class_keys=RIDER_KEYS)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
+    (rider,) = tracker.tracks
+    bicycle = (*_moving_box(1), 0.9, BICYCLE)
+    result = fuse_answer(tracker, 1, _dets(bicycle), settings=FusionSettings(relabel=True))
+    assert (result.matched, result.reclassified, result.created) == (0, 0, 1)
+    assert rider.class_id == PERSON and not rider.cloud.rejected  # the cloud saw something there
+    assert sorted(t.class_id for t in tracker.tracks) == [PERSON, BICYCLE]
+
+
+def test_without_class_groups_the_cloud_bicycle_relabels_the_rider() -> None:
+    """The behaviour the groups fix (and what `tracker.class_gate: false` keeps)."""
+    tracker = FusedTracker(n_init=2)
+    for f in range(3):
+        tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
+    bicycle = (*_moving_box(1), 0.95, BICYCLE)
+    result = fuse_answer(tracker, 1, _dets(bicycle), settings=FusionSettings(relabel=True))
+    assert (result.matched, result.reclassified, result.created) == (1, 1, 0)

@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from detection.class_groups import GroupKeys
 from detection.detections import Detections
 from edge_agent.config.tracker import TrackerConfig
 from edge_agent.tracking import (
@@ -283,6 +284,50 @@ def test_two_objects_keep_ids_and_class_vote() -> None:
     tracker.update(_dets([_box(83, 50)], cls=2))
     classes = {t.track_id: t.class_id for t in tracker.tracks}
     assert classes[int(first.tracker_id[0])] == 0
+
+
+# COCO ids: 0 person, 1 bicycle, 2 car, 7 truck; groups (bicycle, motorcycle), (car, bus, truck)
+COCO_KEYS = GroupKeys([(1, 3), (2, 5, 7)])
+
+
+def _mixed(rows: list[tuple[list[float], int]]) -> Detections:
+    return Detections(
+        xyxy=np.array([box for box, _ in rows], dtype=np.float32).reshape(-1, 4),
+        confidence=np.full(len(rows), 0.9, dtype=np.float32),
+        class_id=np.array([c for _, c in rows], dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "continued"), [(COCO_KEYS, False), (None, True)], ids=["gated", "any-class"]
+)
+def test_a_person_track_is_not_continued_by_the_bicycle_under_it(
+    keys: GroupKeys | None, continued: bool
+) -> None:
+    """A rider's person box is missed for a frame while the bicycle's overlaps it: with class
+    groups the bicycle starts its own track instead of taking the person's (measured on real
+    footage, bench.hybrid.real_hybrid: person and bicycle tracks swapped boxes)."""
+    tracker = DeepSortTracker(n_init=1, class_keys=keys)
+    person = tracker.update(_mixed([(_box(100, 100, 40, 100), 0)]))
+    out = tracker.update(_mixed([(_box(100, 110, 40, 80), 1)]))
+    assert bool(out.tracker_id[0] == person.tracker_id[0]) is continued
+    assert (int(out.class_id[0]) == 0) is continued  # the person track's vote, or the bicycle
+
+
+def test_a_vehicle_track_survives_car_truck_flicker_within_its_group() -> None:
+    tracker = DeepSortTracker(n_init=1, class_keys=COCO_KEYS)
+    first = tracker.update(_mixed([(_box(100, 100, 80, 50), 2)]))
+    for frame, cls in enumerate([7, 2, 7, 7], start=1):
+        out = tracker.update(_mixed([(_box(100 + 2 * frame, 100, 80, 50), cls)]))
+        assert out.tracker_id.tolist() == first.tracker_id.tolist()
+    assert len(tracker.tracks) == 1
+
+
+def test_tracker_config_class_gate_off_lets_any_class_continue_any_track() -> None:
+    gated = DeepSortTracker.from_config(TrackerConfig(embedder="none"), 0.5, COCO_KEYS)
+    assert gated.class_keys is COCO_KEYS
+    config = TrackerConfig(embedder="none", class_gate=False)
+    assert DeepSortTracker.from_config(config, 0.5, COCO_KEYS).class_keys is None
 
 
 def test_callers_detections_are_not_mutated() -> None:
