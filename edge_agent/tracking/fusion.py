@@ -64,7 +64,12 @@ from edge_agent.escalation.roi import iou
 from edge_agent.tracking.cloud_evidence import CLOUD_VOTE_WEIGHT, CloudTerms, CloudTrack
 from edge_agent.tracking.fused_tracker import FusedTracker
 from edge_agent.tracking.kalman import xyxy_to_xyah
-from edge_agent.tracking.matching import INFEASIBLE_COST, iou_cost, linear_assignment
+from edge_agent.tracking.matching import (
+    INFEASIBLE_COST,
+    Assignment,
+    iou_cost,
+    linear_assignment,
+)
 from edge_agent.tracking.track import TrackState
 
 Box = tuple[float, float, float, float]
@@ -363,14 +368,7 @@ def fuse_answer(
     cost = np.zeros((len(then), len(rows)))
     if then and rows:
         cost = iou_cost(boxes_then, cloud.xyxy[rows])
-        if tracker.class_keys is not None:  # a cloud bicycle never confirms the rider's track
-            same = tracker.class_keys.same_kind(
-                [track.class_id for track, _ in then], cloud.class_id[rows]
-            )
-            cost = np.where(same, cost, INFEASIBLE_COST)
-        assignment = linear_assignment(
-            cost, 1.0 - s.min_iou, list(range(len(then))), list(range(len(rows)))
-        )
+        assignment = _match(tracker, then, cloud.class_id[rows], cost, 1.0 - s.min_iou)
         matches = list(assignment.matches)  # (index into then, index into rows)
         unmatched_tracks = assignment.unmatched_tracks
         unmatched_cloud = [rows[c] for c in assignment.unmatched_detections]
@@ -419,6 +417,32 @@ def fuse_answer(
         trusted,
         _unexplained(tracker, cloud, boxes_then, regions),
         tuple(track.track_id for (track, _), saw in zip(then, seen, strict=True) if saw),
+    )
+
+
+def _match(
+    tracker: FusedTracker,
+    then: Sequence[tuple[CloudTrack, npt.NDArray[np.float64]]],
+    cloud_classes: npt.NDArray[np.int64],
+    cost: npt.NDArray[np.float64],
+    max_cost: float,
+) -> Assignment:
+    """Cloud boxes to the tracks as they were (indices into `then` and the rows of `cost`):
+    first each to a track of its class or class group (`tracker.class_keys`), then what is
+    left over whatever the class. A rider's person track takes the cloud's person box and the
+    bicycle box stays unmatched (a new track, not a relabel); a track the edge gave the wrong
+    class still meets the cloud's box of the right one (a relabel)."""
+    tracks, boxes = list(range(len(then))), list(range(cost.shape[1]))
+    if tracker.class_keys is None:
+        return linear_assignment(cost, max_cost, tracks, boxes)
+    same = tracker.class_keys.same_kind([track.class_id for track, _ in then], cloud_classes)
+    first = linear_assignment(np.where(same, cost, INFEASIBLE_COST), max_cost, tracks, boxes)
+    left_tracks, left_boxes = first.unmatched_tracks, first.unmatched_detections
+    rest = linear_assignment(
+        cost[np.ix_(left_tracks, left_boxes)], max_cost, left_tracks, left_boxes
+    )
+    return Assignment(
+        first.matches + rest.matches, rest.unmatched_tracks, rest.unmatched_detections
     )
 
 

@@ -583,23 +583,30 @@ RIDER_KEYS = GroupKeys([(1, 3)])  # COCO-like: 1 bicycle and 3 motorcycle one gr
 BICYCLE = 1
 
 
-def test_a_cloud_bicycle_box_never_confirms_or_relabels_the_riders_person_track() -> None:
-    """With class groups the rider's person track and the cloud's bicycle box (nearly the same
-    box) are different objects: the bicycle does not relabel the person, it starts its own."""
+def test_the_riders_person_track_takes_the_clouds_person_box_and_the_bicycle_starts_its_own() -> (
+    None
+):
+    """With class groups, cloud boxes meet tracks of their kind first: the rider's person
+    track is confirmed by the cloud's person box, and the bicycle box under it (nearly the same
+    box) becomes a bicycle track instead of relabelling the rider."""
     tracker = FusedTracker(n_init=2, class_keys=RIDER_KEYS)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
     (rider,) = tracker.tracks
-    bicycle = (*_moving_box(1), 0.9, BICYCLE)
-    result = fuse_answer(tracker, 1, _dets(bicycle), settings=FusionSettings(relabel=True))
-    assert (result.matched, result.reclassified, result.created) == (0, 0, 1)
-    assert rider.class_id == PERSON and not rider.cloud.rejected  # the cloud saw something there
+    x1, y1, x2, y2 = _moving_box(1)
+    answer = _dets((x1, y1, x2, y2, 0.8, PERSON), (x1 - 2, y1 + 30, x2 + 2, y2, 0.9, BICYCLE))
+    result = fuse_answer(tracker, 1, answer, settings=FusionSettings(relabel=True))
+    assert (result.matched, result.reclassified, result.created) == (1, 0, 1)
+    assert rider.class_id == PERSON
     assert sorted(t.class_id for t in tracker.tracks) == [PERSON, BICYCLE]
 
 
-def test_without_class_groups_the_cloud_bicycle_relabels_the_rider() -> None:
-    """The behaviour the groups fix (and what `tracker.class_gate: false` keeps)."""
-    tracker = FusedTracker(n_init=2)
+@pytest.mark.parametrize("keys", [RIDER_KEYS, None], ids=["groups", "no-groups"])
+def test_a_cloud_box_of_another_kind_alone_on_a_track_still_relabels_it(
+    keys: GroupKeys | None,
+) -> None:
+    """Nothing of the track's kind there: the cloud's box is the same object, classed better."""
+    tracker = FusedTracker(n_init=2, class_keys=keys)
     for f in range(3):
         tracker.update(_dets((*_moving_box(f), 0.9, PERSON)))
     bicycle = (*_moving_box(1), 0.95, BICYCLE)
