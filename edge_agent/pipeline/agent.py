@@ -426,10 +426,22 @@ class EdgeAgent:
         self._probation = Probation(self.detector, self.config.detector, previous)
         self.detector = detector
         self.model = self.identify(detector, config.detector)
+        self._regroup_trackers()
         if self.telemetry is not None:
             self.telemetry.on_model(self.model)
             self.telemetry.on_model_swap("applied")
         logger.info("detector swapped: %s -> %s", previous, self.model)
+
+    def _class_keys(self) -> GroupKeys | None:
+        """The running detector's class groups as the trackers' gate (None: gate off)."""
+        return GroupKeys(self.detector.class_groups) if self.config.tracker.class_gate else None
+
+    def _regroup_trackers(self) -> None:
+        """A swapped detector may group its classes otherwise (`detector.class_groups`): the
+        cameras' trackers and fusion follow it from the next frame."""
+        keys = self._class_keys()
+        for worker in self.workers:
+            worker.tracker.tracker.class_keys = keys
 
     def _roll_back(self, error: Exception) -> None:
         """The new detector failed during its probation: the previous one answers again."""
@@ -441,6 +453,7 @@ class EdgeAgent:
         self.detector = probation.previous
         self.config = self.config.model_copy(update={"detector": probation.previous_config})
         self.model = probation.previous_identity
+        self._regroup_trackers()
         if self.telemetry is not None:
             self.telemetry.on_model(self.model)
             self.telemetry.on_model_swap("rolled_back")
@@ -531,10 +544,7 @@ class EdgeAgent:
         )
         detector_threshold = self.config.detector.confidence_threshold
         tracker = CameraTracker.from_config(
-            self.config.tracker,
-            detector_threshold,
-            self._embedder,
-            GroupKeys(self.detector.class_groups),
+            self.config.tracker, detector_threshold, self._embedder, self._class_keys()
         )
         # the detector's names: the config's, else the model's own (its metadata)
         names = self.detector.class_names

@@ -124,6 +124,29 @@ def test_a_new_model_swaps_in_between_frames_and_is_reported(
     assert _sample(run, "model_info", model=before["name"], version="1", runtime="litert") is None
 
 
+def test_a_reload_that_regroups_the_classes_regates_the_trackers(
+    running: tuple[_Running, dict[str, Any], Path],
+) -> None:
+    """`detector.class_groups` changed on a reload: the new detector groups its classes so, and
+    the cameras' trackers (and fusion, which reads their keys) gate by the new groups."""
+    run, document, path = running
+    agent = run.agent
+    before = agent.workers[0].tracker.tracker.class_keys
+    assert before is not None
+    assert before.as_mapping() == {1: -1, 2: -1}  # car, truck (the COCO default)
+    new = json.loads(json.dumps(document))
+    new["detector"]["class_groups"] = [["car", "truck", "forklift"]]
+    path.write_text(yaml.safe_dump(new, sort_keys=False))
+    outcome = reload_from_file(agent, path)
+    assert outcome.ok and outcome.plan is not None and outcome.plan.detector, outcome
+    run.wait(
+        lambda: agent.workers[0].tracker.tracker.class_keys is not before,
+        "the trackers take the new groups",
+    )
+    keys = agent.workers[0].tracker.tracker.class_keys
+    assert keys is not None and keys.as_mapping() == {1: -1, 2: -1, 3: -1}
+
+
 def test_a_model_that_does_not_load_or_names_other_classes_is_refused(
     running: tuple[_Running, dict[str, Any], Path],
 ) -> None:
