@@ -369,8 +369,8 @@ class TtaConfig(StrictModel):
         description=(
             "Also detect on the horizontally mirrored frame (boxes mapped back) and merge both "
             "answers per class, the more confident box kept: two passes, about 1.5x the time "
-            "per frame on CPU. Against the hand-verified truth at 480x640, mAP50 0.84 against "
-            "0.81 (bench.models.cloud_truth)."
+            "per frame on CPU. Against the hand-verified truth at 480x640, mAP50 0.86 against "
+            "0.85 (bench.models.cloud_truth)."
         ),
     )
     merge_iou: float = Field(
