@@ -524,8 +524,17 @@ class DeepSortTracker:
         high: list[int],
         settled_tracks: set[int],
     ) -> Assignment:
-        """Appearance cascade for confirmed tracks, then IoU for the rest (tracks already
-        settled by `certain_pairs` take no part)."""
+        """Appearance cascade for confirmed tracks, then IoU for the confirmed ones it left,
+        then IoU for the tentative ones on the detections still open (tracks already settled
+        by `certain_pairs` take no part).
+
+        Tentative tracks come last, as in ByteTrack: a box the detector put around two people
+        walking together starts a tentative track between them, and in one IoU assignment
+        with the confirmed tracks it took the next frame's box of one of them (it overlapped
+        more than that person's own track, which had just moved). Two hits confirmed it: a
+        second track on one person, whose one step from the pair's box to that person's fired
+        a zone exit nobody made (`scripts/demo` on a loaded 2-core box, traced frame by frame).
+        A confirmed track has a history to lose; a tentative one only a frame or two."""
         open_tracks = [i for i in range(len(self.tracks)) if i not in settled_tracks]
         confirmed = [i for i in open_tracks if self.tracks[i].is_confirmed]
         unconfirmed = [i for i in open_tracks if not self.tracks[i].is_confirmed]
@@ -551,14 +560,18 @@ class DeepSortTracker:
             # track the appearance cascade left: measured on the generated scenes, appearance
             # alone lost tracks after short occlusions and cost IDF1 (see
             # bench.edge.tracking_quality).
-            iou_tracks = unconfirmed + list(cascade.unmatched_tracks)
-            left_over = [t for t in cascade.unmatched_tracks if t not in iou_tracks]
+            iou_confirmed = list(cascade.unmatched_tracks)
             matches, remaining = cascade.matches, cascade.unmatched_detections
         else:
-            iou_tracks, left_over, matches, remaining = unconfirmed + confirmed, [], [], high
-        iou = self._iou_match(detections, iou_tracks, remaining, self.max_iou_distance)
+            iou_confirmed, matches, remaining = confirmed, [], high
+        kept = self._iou_match(detections, iou_confirmed, remaining, self.max_iou_distance)
+        young = self._iou_match(
+            detections, unconfirmed, kept.unmatched_detections, self.max_iou_distance
+        )
         return Assignment(
-            matches + iou.matches, left_over + iou.unmatched_tracks, iou.unmatched_detections
+            matches + kept.matches + young.matches,
+            kept.unmatched_tracks + young.unmatched_tracks,
+            young.unmatched_detections,
         )
 
     def _second_pass(
