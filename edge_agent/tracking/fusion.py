@@ -44,7 +44,9 @@ where it is far better than the edge and the edge's sure tracks include its fals
 so the default is now 0.5 (`FusionConfig.min_agreement`).
 
 In region mode the cloud only looked inside its regions: tracks and boxes outside them are left
-alone. Answers older than the horizon are dropped (`FusionResult.dropped_late`).
+alone. Answers older than the horizon, or than the tracks keep their boxes
+(`DeepSortTracker.history_size` analysed frames: past it no track can be matched and every box
+would look new), are dropped (`FusionResult.dropped_late`).
 """
 
 from __future__ import annotations
@@ -349,14 +351,21 @@ def fuse_answer(
     """
     s = settings if settings is not None else FusionSettings()
     lag = tracker.frame_index - frame_index
-    if lag < 0 or lag > s.horizon_frames:
+    # past the tracks' history the answer cannot be matched against them as they were: every
+    # box in it would look new and start a second track on an object already tracked
+    if lag < 0 or lag > s.horizon_frames or lag >= tracker.history_size:
         return FusionResult(dropped_late=True)
     cloud = s.edge_classes(cloud)
     then: list[tuple[CloudTrack, npt.NDArray[np.float64]]] = []
+    coasting: list[tuple[npt.NDArray[np.float64], int]] = []  # missed by the edge then
     for track in tracker.cloud_tracks:
-        box = None if track.is_deleted else track.box_at(frame_index, s.history_tolerance_frames)
+        if track.is_deleted:
+            continue
+        box = track.box_at(frame_index, s.history_tolerance_frames)
         if box is not None and (not regions or _inside(_centre(box), regions)):
             then.append((track, box))
+        elif box is None and (predicted := track.box_then(frame_index)) is not None:
+            coasting.append((predicted, track.class_id))
     boxes_then = np.stack([box for _, box in then]) if then else np.zeros((0, 4))
     seen = _seen(boxes_then, cloud, s)
     trusted = _observe_trust(trust, then, seen, s)
@@ -402,7 +411,7 @@ def fuse_answer(
     tracker.tracks = [t for t in tracker.tracks if not t.is_deleted]
     undecided = trust is not None and trust.checked < s.trust_min_checks
     created = (
-        _create_tracks(tracker, frame_index, cloud, unmatched_cloud, s)
+        _create_tracks(tracker, frame_index, cloud, unmatched_cloud, s, coasting)
         if trusted or undecided
         else 0
     )
@@ -549,22 +558,35 @@ def _create_tracks(
     cloud: Detections,
     unmatched: Sequence[int],
     s: FusionSettings,
+    coasting: Sequence[tuple[npt.NDArray[np.float64], int]] = (),
 ) -> int:
-    """Start confirmed tracks for the confident cloud boxes no track explains; how many."""
+    """Start confirmed tracks for the confident cloud boxes no track explains; how many.
+
+    `coasting`: (box, class id) of the tracks the edge missed on the answer's frame, where
+    their motion model had them then. They take no part in the match (the cloud is not judged
+    on a predicted box), but a cloud box that would have matched one (IoU >= `min_iou`, its
+    kind) is that track's object seen by the cloud, not a new one: traced on `scripts/demo`
+    (a car the edge lost for a few frames), it started a second, confirmed track on the car."""
     created = 0
     present = [(t.to_xyxy(), t.class_id) for t in tracker.tracks]
     if s.new_track_min_score >= 1.0:  # off (a cloud answering exactly 1.0 starts nothing)
         return 0
     keys = tracker.class_keys
+
+    def kin_of(boxes: Sequence[tuple[npt.NDArray[np.float64], int]], c: int) -> list[Any]:
+        same = [keys is None or keys.key(k) == keys.key(cloud.class_id[c]) for _, k in boxes]
+        return [box for (box, _), kin in zip(boxes, same, strict=True) if kin]
+
     for c in unmatched:
         if float(cloud.confidence[c]) < max(s.new_track_min_score, s.min_cloud_score):
             continue
         # a track of its kind already covers it now (it moved since that frame); a rider's
         # person box is not covered by the bicycle's track
-        kin = [
-            box for box, k in present if keys is None or keys.key(k) == keys.key(cloud.class_id[c])
-        ]
+        kin = kin_of(present, c)
         if kin and _overlapping(cloud.xyxy[c : c + 1], np.stack(kin), s.covered_iou)[0]:
+            continue
+        was_there = kin_of(coasting, c)
+        if was_there and _overlapping(cloud.xyxy[c : c + 1], np.stack(was_there), s.min_iou)[0]:
             continue
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)
         track.state = TrackState.CONFIRMED

@@ -60,6 +60,8 @@ class Track:
         self.last_score = 0.0  # the score of the edge detection matched to it last
         self.features: deque[FloatArray] = deque(maxlen=gallery_size)
         self.history: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
+        # where the motion model had it on the frames no detection matched (`mark_missed`)
+        self.coasted: deque[tuple[int, FloatArray]] = deque(maxlen=history_size)
         self._record(frame_index, xyxy, feature)
         # where the track was born (tentative): rules see a track only once it is confirmed,
         # and one confirmed across a zone edge or a line still entered or crossed it
@@ -185,11 +187,22 @@ class Track:
                 best = (gap, xyxy)
         return None if best is None else best[1]
 
-    def mark_missed(self) -> None:
+    def box_then(self, frame_index: int, tolerance_frames: int = 0) -> FloatArray | None:
+        """Where the track was on `frame_index`: the measured box (`box_at`), else the box
+        its motion model had on that frame if no detection matched it there (`coasted`)."""
+        measured = self.box_at(frame_index, tolerance_frames)
+        if measured is not None:
+            return measured
+        return next((xyxy for index, xyxy in self.coasted if index == frame_index), None)
+
+    def mark_missed(self, frame_index: int | None = None) -> None:
         """Call on a frame without a match: tentative tracks die at once, others after
-        `max_age` missed frames in a row."""
+        `max_age` missed frames in a row. With `frame_index`, a track that lives on keeps its
+        predicted box for that frame (`box_then`)."""
         if self.is_tentative or self.time_since_update >= self.max_age:
             self.state = TrackState.DELETED
+        elif frame_index is not None:
+            self.coasted.append((frame_index, self.to_xyxy().copy()))
 
     def _record(self, frame_index: int, xyxy: npt.ArrayLike, feature: npt.ArrayLike | None) -> None:
         self.history.append((frame_index, np.asarray(xyxy, dtype=np.float64).reshape(4).copy()))

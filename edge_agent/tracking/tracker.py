@@ -288,7 +288,7 @@ class DeepSortTracker:
         """Age the unmatched tracks (tentative ones die), and backdate the origin of the tracks
         this frame confirmed (`confirmed_before`: `id()` of those confirmed before it)."""
         for t in unmatched_tracks:
-            self.tracks[t].mark_missed()
+            self.tracks[t].mark_missed(self.frame_index)
         for track in self.tracks:
             if track.is_confirmed and id(track) not in confirmed_before:
                 self._backdate_origin(track)

@@ -127,6 +127,37 @@ def test_answers_past_the_horizon_or_from_the_future_are_dropped(answer_frame: i
     assert result.dropped_late and tracker.tracks[0].class_id == CAR
 
 
+def test_an_answer_older_than_the_tracks_history_starts_no_second_track() -> None:
+    """Inside the horizon but past the boxes the tracks keep, no track can be matched to the
+    answer: its box of the tracked person would start a second, confirmed track where the
+    person was (traced on `scripts/demo`: the cloud's first answers, 31-37 frames late against
+    a 30-frame history, left person tracks at the spot where people had walked in)."""
+    tracker = FusedTracker(n_init=1, history_size=10)
+    _run(tracker, range(20), [_moving_box], PERSON)
+    settings = FusionSettings(horizon_frames=25, min_agreement=0.0)
+    result = fuse_answer(tracker, 5, _dets((*_moving_box(5), 0.9, PERSON)), settings=settings)
+    assert result.dropped_late and result.created == 0 and len(tracker.tracks) == 1
+    recent = fuse_answer(tracker, 15, _dets((*_moving_box(15), 0.9, PERSON)), settings=settings)
+    assert not recent.dropped_late and recent.matched == 1 and len(tracker.tracks) == 1
+
+
+def test_a_track_the_edge_missed_on_the_answers_frame_is_not_started_again() -> None:
+    """A fast person the edge misses for a few frames: the cloud's box of the answer's frame
+    finds no measured box to match (the track coasted), and now, frames later, the track has
+    moved on from it; where the track's motion model had it on that frame, the box overlaps:
+    it is the same person, not a new track (before: a second confirmed track on them)."""
+    fast = [lambda f: _moving_box(f, speed=10.0)]
+    tracker = FusedTracker(n_init=1)
+    _run(tracker, range(10), fast, PERSON)
+    for _ in range(4):  # frames 10-13: the edge misses the person
+        tracker.update(Detections.empty())
+    settings = FusionSettings(min_agreement=0.0)
+    result = fuse_answer(tracker, 11, _dets((*fast[0](11), 0.9, PERSON)), settings=settings)
+    assert result.created == 0 and len(tracker.tracks) == 1
+    elsewhere = (400.0, 300.0, 440.0, 400.0, 0.9, PERSON)  # someone the edge never saw
+    assert fuse_answer(tracker, 12, _dets(elsewhere), settings=settings).created == 1
+
+
 def test_box_offset_at_that_frame_nudges_the_current_state() -> None:
     tracker = FusedTracker(n_init=1)
     for f in range(10):
