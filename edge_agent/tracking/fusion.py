@@ -357,15 +357,10 @@ def fuse_answer(
         return FusionResult(dropped_late=True)
     cloud = s.edge_classes(cloud)
     then: list[tuple[CloudTrack, npt.NDArray[np.float64]]] = []
-    coasting: list[tuple[npt.NDArray[np.float64], int]] = []  # missed by the edge then
     for track in tracker.cloud_tracks:
-        if track.is_deleted:
-            continue
-        box = track.box_at(frame_index, s.history_tolerance_frames)
+        box = None if track.is_deleted else track.box_at(frame_index, s.history_tolerance_frames)
         if box is not None and (not regions or _inside(_centre(box), regions)):
             then.append((track, box))
-        elif box is None and (predicted := track.box_then(frame_index)) is not None:
-            coasting.append((predicted, track.class_id))
     boxes_then = np.stack([box for _, box in then]) if then else np.zeros((0, 4))
     seen = _seen(boxes_then, cloud, s)
     trusted = _observe_trust(trust, then, seen, s)
@@ -410,8 +405,18 @@ def fuse_answer(
     removed, rejected = _reject_unseen([then[t][0] for t in unseen if trusted], s)
     tracker.tracks = [t for t in tracker.tracks if not t.is_deleted]
     undecided = trust is not None and trust.checked < s.trust_min_checks
+    matched_ids = {then[t][0].track_id for t, _ in matches}
     created = (
-        _create_tracks(tracker, frame_index, cloud, unmatched_cloud, s, coasting)
+        _create_tracks(
+            tracker,
+            frame_index,
+            cloud,
+            unmatched_cloud,
+            s,
+            _where_then(
+                [t for t in tracker.cloud_tracks if t.track_id not in matched_ids], frame_index, s
+            ),
+        )
         if trusted or undecided
         else 0
     )
@@ -552,21 +557,36 @@ def _reject_unseen(unseen: Sequence[CloudTrack], s: FusionSettings) -> tuple[int
     return removed, tuple(rejected)
 
 
+def _where_then(
+    tracks: Sequence[CloudTrack], frame_index: int, s: FusionSettings
+) -> list[tuple[npt.NDArray[np.float64], int]]:
+    """(box, class id) of `tracks` on `frame_index`, as best known (`Track.box_then`)."""
+    out = []
+    for track in tracks:
+        box = None if track.is_deleted else track.box_then(frame_index, s.history_tolerance_frames)
+        if box is not None:
+            out.append((box, track.class_id))
+    return out
+
+
 def _create_tracks(
     tracker: FusedTracker,
     frame_index: int,
     cloud: Detections,
     unmatched: Sequence[int],
     s: FusionSettings,
-    coasting: Sequence[tuple[npt.NDArray[np.float64], int]] = (),
+    unmatched_then: Sequence[tuple[npt.NDArray[np.float64], int]] = (),
 ) -> int:
     """Start confirmed tracks for the confident cloud boxes no track explains; how many.
 
-    `coasting`: (box, class id) of the tracks the edge missed on the answer's frame, where
-    their motion model had them then. They take no part in the match (the cloud is not judged
-    on a predicted box), but a cloud box that would have matched one (IoU >= `min_iou`, its
-    kind) is that track's object seen by the cloud, not a new one: traced on `scripts/demo`
-    (a car the edge lost for a few frames), it started a second, confirmed track on the car."""
+    `unmatched_then`: (box, class id) of the tracks no cloud box matched, where they were on
+    the answer's frame as best known (`Track.box_then`: interpolated between the edge's boxes
+    around it, or where the motion model had a track the edge missed). The match itself goes
+    on the boxes the edge measured (the cloud is not judged on an estimate), but a cloud box
+    overlapping one of these (IoU >= `min_iou`, its kind) is that track's object, not a new
+    one. Traced on `scripts/demo` on a loaded box: a car the edge lost for a few frames, and
+    a person the edge missed on the answer's frame (its nearest box, a frame off, 20 px
+    behind), each got a second, confirmed track."""
     created = 0
     present = [(t.to_xyxy(), t.class_id) for t in tracker.tracks]
     if s.new_track_min_score >= 1.0:  # off (a cloud answering exactly 1.0 starts nothing)
@@ -585,7 +605,7 @@ def _create_tracks(
         kin = kin_of(present, c)
         if kin and _overlapping(cloud.xyxy[c : c + 1], np.stack(kin), s.covered_iou)[0]:
             continue
-        was_there = kin_of(coasting, c)
+        was_there = kin_of(unmatched_then, c)
         if was_there and _overlapping(cloud.xyxy[c : c + 1], np.stack(was_there), s.min_iou)[0]:
             continue
         track = tracker.spawn_track(cloud.xyxy[c], int(cloud.class_id[c]), frame_index)

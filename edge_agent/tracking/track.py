@@ -188,12 +188,23 @@ class Track:
         return None if best is None else best[1]
 
     def box_then(self, frame_index: int, tolerance_frames: int = 0) -> FloatArray | None:
-        """Where the track was on `frame_index`: the measured box (`box_at`), else the box
-        its motion model had on that frame if no detection matched it there (`coasted`)."""
-        measured = self.box_at(frame_index, tolerance_frames)
-        if measured is not None:
-            return measured
-        return next((xyxy for index, xyxy in self.coasted if index == frame_index), None)
+        """The best estimate of where the track was on `frame_index`: the box measured on it;
+        else, measured before and after it, the box interpolated between the nearest two; else
+        the box its motion model had on that frame (`coasted`: no detection matched it there,
+        none since); else the nearest measured box within `tolerance_frames` (`box_at`)."""
+        before = after = None
+        for index, xyxy in self.history:
+            if index == frame_index:
+                return xyxy
+            if index < frame_index and (before is None or index > before[0]):
+                before = (index, xyxy)
+            if index > frame_index and (after is None or index < after[0]):
+                after = (index, xyxy)
+        if before is not None and after is not None:
+            share = (frame_index - before[0]) / (after[0] - before[0])
+            return np.asarray(before[1] + share * (after[1] - before[1]), dtype=np.float64)
+        coasted = next((xyxy for index, xyxy in self.coasted if index == frame_index), None)
+        return coasted if coasted is not None else self.box_at(frame_index, tolerance_frames)
 
     def mark_missed(self, frame_index: int | None = None) -> None:
         """Call on a frame without a match: tentative tracks die at once, others after

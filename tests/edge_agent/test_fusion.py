@@ -158,6 +158,28 @@ def test_a_track_the_edge_missed_on_the_answers_frame_is_not_started_again() -> 
     assert fuse_answer(tracker, 12, _dets(elsewhere), settings=settings).created == 1
 
 
+def test_a_track_the_edge_missed_only_on_the_answers_frame_is_not_started_again() -> None:
+    """The edge boxes a fast person (25 px a frame, 40 px wide) on the frames around the
+    answer's, not on it: the nearest box, a frame off, overlaps the cloud's too little to
+    match (IoU 0.23), and the track's box now not at all; between its boxes before and after,
+    the track was where the cloud saw someone, so that is the same person (before: a second
+    confirmed track on them)."""
+
+    def x_at(f: int) -> float:  # speeds up from 15 to 25 px a frame
+        return 100.0 + 15.0 * min(f, 5) + 25.0 * max(0, f - 5)
+
+    def box(f: int) -> tuple[float, ...]:
+        return (x_at(f), 100.0, x_at(f) + 40.0, 200.0)
+
+    tracker = FusedTracker(n_init=1)
+    for f in range(16):
+        tracker.update(_dets((*box(f), 0.9, PERSON)) if f != 10 else Detections.empty())
+    assert len(tracker.tracks) == 1
+    settings = FusionSettings(min_agreement=0.0)
+    result = fuse_answer(tracker, 10, _dets((*box(10), 0.9, PERSON)), settings=settings)
+    assert result.created == 0 and len(tracker.tracks) == 1
+
+
 def test_box_offset_at_that_frame_nudges_the_current_state() -> None:
     tracker = FusedTracker(n_init=1)
     for f in range(10):
