@@ -347,7 +347,9 @@ def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path) -> None:
         store.observe(_outcome(_frame(T0 + index / 5.0, index)))
     elapsed_s = time.perf_counter() - started
 
-    assert elapsed_s < 0.5  # never waits for room (a blocking put would wait forever here)
+    # never waits for room: a blocking put would wait forever here (a loose bound, not a timing
+    # check: 400 calls took 0.58 s on a 2-core box at load average 9)
+    assert elapsed_s < 10.0
     assert results[0] != {} and all(r == {} for r in results[1:])
     stats = store.stats()
     assert (stats.dropped, stats.dropped_frames, stats.queued) == (199, 200, 1)
