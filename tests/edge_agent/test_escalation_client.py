@@ -197,7 +197,7 @@ def test_full_window_refuses_without_blocking(
     elapsed = time.monotonic() - started
 
     assert refused == [False] * 5
-    assert elapsed < 0.5
+    assert elapsed < 10.0  # refused at once; a blocking submit would wait out the 30 s deadline
     assert client.stats().dropped_full == 5 and client.stats().in_flight == 2
     detector.gate.set()
     assert sorted(r.frame_id for r in _collect(client, 2)) == [1, 2]
