@@ -30,6 +30,9 @@ Names (all prefixed `edge_agent_`):
   answers them (the log says what to change, the status topic's `cloud_answers` too).
 - `escalations_total{camera, outcome}` (counter): frames escalated to the cloud, by outcome
   (`sent`, `answered`, `failed`, `dropped_budget`, `late`).
+- `escalation_reasons_total{camera, reason, outcome}` (counter): hard frames by each signal
+  that made them hard (a frame counts under every one of its reasons; `refresh` is the periodic
+  whole frame), `sent` or refused by the budget (`dropped_budget`): why a camera escalates.
 - `escalation_bytes_total{camera, mode}` (counter): image bytes sent to the cloud, as whole
   frames (`frame`) or crops (`regions`): the uplink, and how often a short byte budget sent
   crops instead of whole frames.
@@ -65,6 +68,7 @@ __all__ = [
     "CAMERA_STATES",
     "ESCALATION_MODES",
     "ESCALATION_OUTCOMES",
+    "ESCALATION_REASONS",
     "FLEET_ROLLBACK_REASONS",
     "FLEET_UPDATE_OUTCOMES",
     "FUSION_CHANGES",
@@ -81,6 +85,20 @@ CAMERA_STATES: Final = ("connecting", "streaming", "stalled", "reconnecting", "s
 
 ESCALATION_OUTCOMES: Final = ("sent", "answered", "failed", "dropped_budget", "late")
 """Values of the `outcome` label of `escalations_total`."""
+
+ESCALATION_REASONS: Final = (
+    "uncertain",
+    "small_object",
+    "crowding",
+    "new_track",
+    "tentative_track",
+    "lost_track",
+    "held_track",
+    "motion_without_detections",
+    "refresh",
+)
+"""Values of the `reason` label of `escalation_reasons_total` (the policy's `BOX_SIGNALS` and
+`FRAME_SIGNALS`)."""
 
 ESCALATION_MODES: Final = ("frame", "regions")
 """Values of the `mode` label of `escalation_bytes_total` (those of `escalation.policy.Mode`)."""
@@ -211,6 +229,13 @@ class EdgeMetrics:
         # -- escalation ---------------------------------------------------------------------------
         self.escalations = declare.counter(
             "escalations", "Frames escalated to the cloud, by outcome.", "camera", "outcome"
+        )
+        self.escalation_reasons = declare.counter(
+            "escalation_reasons",
+            "Hard frames by each signal that made them hard, sent or refused by the budget.",
+            "camera",
+            "reason",
+            "outcome",
         )
         self.escalation_bytes = declare.counter(
             "escalation_bytes",
@@ -352,6 +377,19 @@ class EdgeMetrics:
                 f"unknown escalation outcome {outcome!r}; expected one of {ESCALATION_OUTCOMES}"
             )
         self.escalations.labels(camera=camera, outcome=outcome).inc()
+
+    def observe_escalation_reasons(
+        self, camera: str, reasons: tuple[str, ...], *, sent: bool
+    ) -> None:
+        """Count one hard frame under each of its `reasons` (of `ESCALATION_REASONS`)."""
+        unknown = [r for r in reasons if r not in ESCALATION_REASONS]
+        if unknown:
+            raise ValueError(
+                f"unknown escalation reason {unknown[0]!r}; expected one of {ESCALATION_REASONS}"
+            )
+        outcome = "sent" if sent else "dropped_budget"
+        for reason in reasons:
+            self.escalation_reasons.labels(camera=camera, reason=reason, outcome=outcome).inc()
 
     def observe_escalation_bytes(self, camera: str, mode: str, n_bytes: int) -> None:
         """Count the JPEG bytes of one sent escalation (`mode` one of `ESCALATION_MODES`)."""

@@ -305,6 +305,8 @@ def summarise(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         "pace": pace.numbers(),
         "escalated": sent,
         "escalated_share": sent / max(frames, 1),
+        "hard_reasons": dict(esc.hard_reasons) if esc else {},
+        "sent_reasons": dict(esc.sent_reasons) if esc else {},
         "answered": esc.answered if esc else 0,
         "bytes_sent": bytes_sent,
         "fusion": dataclasses.asdict(c.fusion),

@@ -316,6 +316,8 @@ def summarise_real(s: Stack, ran_s: float, args: argparse.Namespace) -> Report:
         "pace": pace.numbers(),
         "escalated": sent,
         "escalated_share": sent / max(frames, 1),
+        "hard_reasons": dict(esc.hard_reasons) if esc else {},
+        "sent_reasons": dict(esc.sent_reasons) if esc else {},
         "answered": esc.answered if esc else 0,
         "bytes_sent": esc.bytes_sent if esc else 0,
         "fusion": dataclasses.asdict(worker.counters.fusion),

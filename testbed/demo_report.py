@@ -329,6 +329,15 @@ class Report:
         return cls(lines, problems, numbers)
 
 
+def reasons_line(hard: dict[str, int], sent: dict[str, int]) -> str:
+    """Hard frames per reason, most first, with how many of them were sent: a frame counts
+    under each of its reasons (`refresh`: the periodic whole frame)."""
+    if not hard:
+        return "none"
+    ordered = sorted(hard.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{reason} {n} ({sent.get(reason, 0)})" for reason, n in ordered)
+
+
 def add_cloud_rows(t: SummaryTable, agent: EdgeAgent, frames: int, stream_bytes: float) -> None:
     """The `cloud escalation` section: hard frames, share escalated, answers, bytes, fusion."""
     esc = agent.escalation.counters if agent.escalation is not None else None
@@ -337,6 +346,7 @@ def add_cloud_rows(t: SummaryTable, agent: EdgeAgent, frames: int, stream_bytes:
     if esc is not None:
         sent, bytes_sent = esc.sent, esc.bytes_sent
         t.add("hard frames", f"{esc.hard} ({esc.refused_budget} over budget)")
+        t.add("why hard (sent)", reasons_line(esc.hard_reasons, esc.sent_reasons))
         t.add("escalated", f"{sent} frames = {100.0 * sent / max(frames, 1):.1f}% of analysed")
         t.add("answers", f"{esc.answered} answered, {esc.failed} failed, {esc.dropped_busy} busy")
         t.add(

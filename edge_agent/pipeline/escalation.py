@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -56,6 +56,10 @@ class EscalationCounters:
     answered: int = 0
     failed: int = 0
     bytes_sent: int = 0
+    # hard frames per signal that made them hard ("refresh": the periodic whole frame), and of
+    # those the ones sent; a frame counts under each of its reasons
+    hard_reasons: dict[str, int] = field(default_factory=dict)
+    sent_reasons: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +141,18 @@ class EscalationStage:
             decision = self.policy.decide(signals, camera)
             if decision.reasons:
                 self.counters.hard += 1
+                for reason in decision.reasons:
+                    tally = self.counters.hard_reasons
+                    tally[reason] = tally.get(reason, 0) + 1
+                    if decision.send:
+                        tally = self.counters.sent_reasons
+                        tally[reason] = tally.get(reason, 0) + 1
             if decision.refused_by_budget:
                 self.counters.refused_budget += 1
         if decision.refused_by_budget:
             self._observe(camera, "dropped_budget")
+        if decision.reasons and self.metrics is not None:
+            self.metrics.observe_escalation_reasons(camera, decision.reasons, sent=decision.send)
         return decision
 
     def submit(self, camera: str, frame: CapturedFrame, decision: EscalationDecision) -> bool:

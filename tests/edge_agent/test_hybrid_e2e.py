@@ -114,6 +114,8 @@ def test_hybrid_loop_survives_the_cloud_going_away(
             mode: _metric(metrics_port, "edge_agent_escalation_bytes_total", mode=mode)
             for mode in ("frame", "regions")
         }
+        sent = _metric(metrics_port, "edge_agent_escalations_total", outcome="sent")
+        sent_reasons = _metric(metrics_port, "edge_agent_escalation_reasons_total", outcome="sent")
     finally:
         code = agent.stop()
         recorder.close()
@@ -128,6 +130,9 @@ def test_hybrid_loop_survives_the_cloud_going_away(
     assert frames_while_down >= 0.5 * rate_before * 5.0 > 0, (rate_before, frames_while_down, log)
     # whole frames by default; the byte budget (500 KB/s) pays for 2 a second: no crops
     assert bytes_by_mode["frame"] > 0 and bytes_by_mode["regions"] == 0, bytes_by_mode
+    # every frame sent was sent for at least one reason, and says which (the metric counts a
+    # frame under each of its reasons)
+    assert sent_reasons >= sent > 0, (sent_reasons, sent)
     states = _cloud_states(recorder.messages)
     assert states[:1] in (["connected"], ["unreachable"]) and "unreachable" in states[1:], states
     assert states[-1] == "connected" or states[-2:] == ["connected", "unreachable"], states

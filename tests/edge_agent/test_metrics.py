@@ -13,10 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from configkit.common import MetricsConfig
 from edge_agent.config import EdgeAgentConfig
-from edge_agent.escalation.policy import Mode
+from edge_agent.escalation.policy import BOX_SIGNALS, FRAME_SIGNALS, Mode
 from edge_agent.metrics import (
     CAMERA_STATES,
     ESCALATION_MODES,
+    ESCALATION_REASONS,
     EdgeMetrics,
     MetricsExporter,
     start_edge_metrics_exporter,
@@ -46,6 +47,7 @@ FAMILIES = {
     "edge_agent_mqtt_connected": "gauge",
     "edge_agent_escalations": "counter",
     "edge_agent_escalation_bytes": "counter",
+    "edge_agent_escalation_reasons": "counter",
     "edge_agent_escalation_round_trip_seconds": "histogram",
     "edge_agent_cloud_connected": "gauge",
     "edge_agent_escalation_enabled": "gauge",
@@ -92,6 +94,8 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     metrics.mqtt_connected.set(1)
     metrics.observe_escalation("cam-1", "answered")
     metrics.observe_escalation_bytes("cam-1", "frame", 40_000)
+    metrics.observe_escalation_reasons("cam-1", ("new_track", "refresh"), sent=True)
+    metrics.observe_escalation_reasons("cam-1", ("new_track",), sent=False)
     metrics.observe_escalation_bytes("cam-1", "regions", 3_000)
     metrics.observe_escalation_bytes("cam-1", "regions", 2_000)
     metrics.set_fusion_total("cam-1", "rejected", 2)
@@ -129,6 +133,14 @@ def test_endpoint_serves_every_family_with_its_labels_and_values(
     crops = (("camera", "cam-1"), ("mode", "regions"))
     assert values[("edge_agent_escalation_bytes_total", frames)] == 40_000
     assert values[("edge_agent_escalation_bytes_total", crops)] == 5_000
+    reasons = "edge_agent_escalation_reasons_total"
+    for reason, outcome, expected in [
+        ("new_track", "sent", 1),
+        ("refresh", "sent", 1),
+        ("new_track", "dropped_budget", 1),
+    ]:
+        labels = (("camera", "cam-1"), ("outcome", outcome), ("reason", reason))
+        assert values[(reasons, labels)] == expected
     change = (("camera", "cam-1"), ("change", "rejected"))
     assert values[("edge_agent_fusion_changes_total", change)] == 5
     assert values[("edge_agent_cloud_agreement", (("camera", "cam-1"),))] == 0.9
@@ -207,6 +219,10 @@ def test_capture_states_are_the_metric_states() -> None:
         (lambda m: m.set_camera_state("cam-1", "on-fire"), "unknown camera state 'on-fire'"),
         (lambda m: m.observe_escalation("cam-1", "lost"), "unknown escalation outcome 'lost'"),
         (lambda m: m.set_fusion_total("cam-1", "moved", 1), "unknown fusion change 'moved'"),
+        (
+            lambda m: m.observe_escalation_reasons("cam-1", ("boredom",), sent=True),
+            "unknown escalation reason 'boredom'",
+        ),
     ],
 )
 def test_unknown_label_values_are_refused(
@@ -251,3 +267,7 @@ def test_an_unknown_escalation_mode_is_refused() -> None:
 
 def test_escalation_modes_are_the_policys() -> None:
     assert get_args(Mode) == ESCALATION_MODES
+
+
+def test_escalation_reasons_are_the_policys_signals() -> None:
+    assert (*BOX_SIGNALS, *FRAME_SIGNALS) == ESCALATION_REASONS
