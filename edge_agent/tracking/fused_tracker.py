@@ -49,6 +49,11 @@ class FusedTracker(DeepSortTracker):
         """Held on the cloud's word and never detected: flow moves it where the edge cannot."""
         return isinstance(track, CloudTrack) and track.is_held and track.cloud_only
 
+    def _matches_late(self, track: Track) -> bool:
+        """A track the cloud holds while the edge misses it coasts on its prediction: it takes
+        a box only after the tentative tracks had theirs (see `DeepSortTracker._first_pass`)."""
+        return isinstance(track, CloudTrack) and track.is_held and track.time_since_update > 1
+
     def _reported(
         self, track: Track, xyxy: FloatArray, confidence: float
     ) -> tuple[FloatArray, float] | None:

@@ -181,3 +181,20 @@ def test_a_held_box_that_left_the_frame_is_no_longer_reported() -> None:
     sizes = [len(tracker.update(Detections.empty(), frame_size=(200, 200))) for _ in range(4)]
     assert sizes == [1, 1, 0, 0]  # 130-170 and 160-200 inside; 190-230 is three quarters out
     assert track.cloud.hold > 0  # still held: only not shown while outside
+
+
+def test_only_a_held_track_the_edge_keeps_missing_matches_late() -> None:
+    """`_matches_late`: a cloud-held track coasting without the edge waits for the joint IoU
+    step with the tentative tracks; a track the edge matched on the previous frame does not,
+    nor does any track of the core tracker."""
+    tracker = FusedTracker(n_init=2)
+    held = _cloud_only_track(tracker)
+    assert not tracker._matches_late(held)  # just started: seen on its own frame
+    for _ in range(2):
+        tracker.update(Detections.empty())
+    assert held.is_held and held.time_since_update > 1 and tracker._matches_late(held)
+    core = DeepSortTracker(n_init=1)
+    core.update(Detections(np.array([[0.0, 0.0, 10.0, 10.0]]), np.array([0.9]), np.array([0])))
+    core.update(Detections.empty())
+    core.update(Detections.empty())
+    assert not core._matches_late(core.tracks[0])
