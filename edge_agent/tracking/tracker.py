@@ -524,22 +524,19 @@ class DeepSortTracker:
         high: list[int],
         settled_tracks: set[int],
     ) -> Assignment:
-        """Appearance cascade for confirmed tracks, then IoU for the confirmed ones it left
-        that were matched on the previous frame, then IoU for the tentative and the older
-        confirmed ones together on the detections still open (tracks already settled by
-        `certain_pairs` take no part).
+        """Appearance cascade for confirmed tracks, then IoU for the confirmed ones it left,
+        then IoU for the tentative ones together with the confirmed ones that `_matches_late`
+        on the detections still open (tracks already settled by `certain_pairs` take no part).
 
-        Confirmed tracks seen on the previous frame match before the tentative ones: a box the
+        Confirmed tracks match before the tentative ones (ByteTrack's order): a box the
         detector put around two people walking together starts a tentative track between
         them, and in one IoU assignment with the confirmed tracks it took the next frame's box
         of one of them (it overlapped more than that person's own track, which had just
         moved). Two hits confirmed it: a second track on one person, whose one step from the
         pair's box to that person's fired a zone exit nobody made (`scripts/demo` on a loaded
-        2-core box, traced frame by frame). Confirmed tracks the edge has been missing (a
-        cloud-held track coasting on its prediction) do not get that priority: letting them
-        take boxes first cost the hybrid's person F1 on real footage (vtest 0.849 -> 0.830,
-        `bench.hybrid.real_hybrid`), and with it the generated scenes' alerts precision
-        stayed at 1.00 for the edge (`bench.hybrid.hybrid_tradeoff`)."""
+        2-core box, traced frame by frame). A subclass's coasting tracks may wait for the
+        joint step (`FusedTracker`: a cloud-held track the edge keeps missing; letting it go
+        first cost the hybrid's vtest person F1 0.850 -> 0.830, `bench.hybrid.real_hybrid`)."""
         open_tracks = [i for i in range(len(self.tracks)) if i not in settled_tracks]
         confirmed = [i for i in open_tracks if self.tracks[i].is_confirmed]
         unconfirmed = [i for i in open_tracks if not self.tracks[i].is_confirmed]
@@ -569,11 +566,11 @@ class DeepSortTracker:
             matches, remaining = cascade.matches, cascade.unmatched_detections
         else:
             iou_confirmed, matches, remaining = confirmed, [], high
-        older = [t for t in iou_confirmed if self._matches_late(self.tracks[t])]
-        recent = [t for t in iou_confirmed if t not in older]
-        kept = self._iou_match(detections, recent, remaining, self.max_iou_distance)
+        late = [t for t in iou_confirmed if self._matches_late(self.tracks[t])]
+        first = [t for t in iou_confirmed if t not in late]
+        kept = self._iou_match(detections, first, remaining, self.max_iou_distance)
         young = self._iou_match(
-            detections, unconfirmed + older, kept.unmatched_detections, self.max_iou_distance
+            detections, unconfirmed + late, kept.unmatched_detections, self.max_iou_distance
         )
         return Assignment(
             matches + kept.matches + young.matches,
