@@ -63,6 +63,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from configkit.common import MetricsConfig
 from configkit.metrics import BATCH_BUCKETS, MetricDeclarer, MetricsExporter, serve_registry
+from edge_agent.escalation.policy import BOX_SIGNALS, FRAME_SIGNALS
 
 __all__ = [
     "CAMERA_STATES",
@@ -86,19 +87,8 @@ CAMERA_STATES: Final = ("connecting", "streaming", "stalled", "reconnecting", "s
 ESCALATION_OUTCOMES: Final = ("sent", "answered", "failed", "dropped_budget", "late")
 """Values of the `outcome` label of `escalations_total`."""
 
-ESCALATION_REASONS: Final = (
-    "uncertain",
-    "small_object",
-    "crowding",
-    "new_track",
-    "tentative_track",
-    "lost_track",
-    "held_track",
-    "motion_without_detections",
-    "refresh",
-)
-"""Values of the `reason` label of `escalation_reasons_total` (the policy's `BOX_SIGNALS` and
-`FRAME_SIGNALS`)."""
+ESCALATION_REASONS: Final = (*BOX_SIGNALS, *FRAME_SIGNALS)
+"""Values of the `reason` label of `escalation_reasons_total`: the policy's signals."""
 
 ESCALATION_MODES: Final = ("frame", "regions")
 """Values of the `mode` label of `escalation_bytes_total` (those of `escalation.policy.Mode`)."""

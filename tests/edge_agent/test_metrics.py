@@ -13,11 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from configkit.common import MetricsConfig
 from edge_agent.config import EdgeAgentConfig
-from edge_agent.escalation.policy import BOX_SIGNALS, FRAME_SIGNALS, Mode
+from edge_agent.escalation.policy import Mode
 from edge_agent.metrics import (
     CAMERA_STATES,
     ESCALATION_MODES,
-    ESCALATION_REASONS,
     EdgeMetrics,
     MetricsExporter,
     start_edge_metrics_exporter,
@@ -267,7 +266,3 @@ def test_an_unknown_escalation_mode_is_refused() -> None:
 
 def test_escalation_modes_are_the_policys() -> None:
     assert get_args(Mode) == ESCALATION_MODES
-
-
-def test_escalation_reasons_are_the_policys_signals() -> None:
-    assert (*BOX_SIGNALS, *FRAME_SIGNALS) == ESCALATION_REASONS
