@@ -15,6 +15,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,8 +59,8 @@ class EscalationCounters:
     bytes_sent: int = 0
     # hard frames per signal that made them hard ("refresh": the periodic whole frame), and of
     # those the ones sent; a frame counts under each of its reasons
-    hard_reasons: dict[str, int] = field(default_factory=dict)
-    sent_reasons: dict[str, int] = field(default_factory=dict)
+    hard_reasons: Counter[str] = field(default_factory=Counter)
+    sent_reasons: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +142,9 @@ class EscalationStage:
             decision = self.policy.decide(signals, camera)
             if decision.reasons:
                 self.counters.hard += 1
-                for reason in decision.reasons:
-                    tally = self.counters.hard_reasons
-                    tally[reason] = tally.get(reason, 0) + 1
-                    if decision.send:
-                        tally = self.counters.sent_reasons
-                        tally[reason] = tally.get(reason, 0) + 1
+                self.counters.hard_reasons.update(decision.reasons)
+                if decision.send:
+                    self.counters.sent_reasons.update(decision.reasons)
             if decision.refused_by_budget:
                 self.counters.refused_budget += 1
         if decision.refused_by_budget:
