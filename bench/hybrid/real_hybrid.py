@@ -22,10 +22,12 @@ frames within the simulated range (vtest: every 10th frame, bikes: every 5th): m
 person and vehicle AP50), person F1 and vehicle F1 of the pipeline's reported boxes (confirmed
 tracks), IoU 0.5, a vehicle matching any vehicle class, detections inside ignore regions not
 counted. The `gap closed` line gives how much of the edge-to-cloud difference on that truth the
-default hybrid recovers. The second table keeps the former score: agreement with the cloud engine's
-boxes at >= `--reference-confidence` on every frame's JPEG (what cloud-only sees; class-aware, IoU
-0.5), where cloud-only is near 1 by construction. There is no IDF1 (neither has identities). The
-oracle answers the reference itself.
+default hybrid recovers, and the next one how sure that is: 90 % intervals of the gap closed and
+of the hybrid's difference to the edge per clip, from a paired bootstrap over the truth frames
+(`bench.models.resample`). The second table keeps the former score: agreement with the cloud
+engine's boxes at >= `--reference-confidence` on every frame's JPEG (what cloud-only sees;
+class-aware, IoU 0.5), where cloud-only is near 1 by construction. There is no IDF1 (neither has
+identities). The oracle answers the reference itself.
 
 Uplink: the budget rows send whole frames as the video uplink (`escalation.uplink`, the
 default); "JPEG uplink" and the settings rows send independent JPEGs (cached cloud answers).
@@ -47,6 +49,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,15 @@ from bench.hybrid._hybrid_sim import (
 )
 from bench.hybrid.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
 from bench.models.real_footage import cloud_config_on_cpu
+from bench.models.resample import (
+    LEVEL,
+    RESAMPLES,
+    FrameTallies,
+    Interval,
+    Summed,
+    bootstrap,
+    frame_tallies,
+)
 from bench.models.truth import (
     TRUTH_DIR,
     ClipTruth,
@@ -440,6 +452,91 @@ def _gaps(records: list[dict[str, Any]], clips: list[str]) -> dict[str, Any]:
     return out
 
 
+METRICS = ("map50", "f1_person", "f1_vehicles")
+
+
+def _compared() -> tuple[str, str, str]:
+    """The variants the gap is measured on: edge only, cloud only, the default hybrid."""
+    default = next(v.name for v in variants() if v.is_default)
+    return ("edge only", "cloud only", default)
+
+
+def metric(tallies: Mapping[str, Tally], key: str) -> float:
+    """One of `METRICS` from a variant's tallies by class group."""
+    if key == "map50":
+        return mean_ap50(tallies)
+    return tallies["person" if key == "f1_person" else "vehicles"].f1
+
+
+def _intervals(
+    per_frame: Mapping[str, Mapping[str, Sequence[FrameTallies]]], compared: tuple[str, str, str]
+) -> dict[str, Any]:
+    """90 % bootstrap intervals of the gap closed (on the means over clips) and of the
+    default hybrid minus the edge per clip, per metric; {} unless the three variants ran on
+    every clip with truth."""
+    edge, cloud, hybrid = compared
+    frames = {
+        clip: {name: by_variant[name] for name in compared}
+        for clip, by_variant in per_frame.items()
+        if all(name in by_variant for name in compared)
+    }
+    if not frames or len(frames) != len(per_frame):
+        return {}
+
+    def mean(summed: Summed, variant: str, key: str) -> float:
+        return _nanmean([metric(summed[clip][variant], key) for clip in summed])
+
+    def gap(key: str) -> Callable[[Summed], float]:
+        return lambda s: gap_closed(mean(s, hybrid, key), mean(s, edge, key), mean(s, cloud, key))
+
+    def lead(clip: str, key: str) -> Callable[[Summed], float]:
+        return lambda s: metric(s[clip][hybrid], key) - metric(s[clip][edge], key)
+
+    def record(interval: Interval) -> dict[str, float | None]:
+        return interval.as_dict()
+
+    return {
+        "variant": hybrid,
+        "level": LEVEL,
+        "resamples": RESAMPLES,
+        "gap_closed": {key: record(bootstrap(frames, gap(key))) for key in METRICS},
+        "hybrid_minus_edge": {
+            clip: {key: record(bootstrap(frames, lead(clip, key))) for key in METRICS}
+            for clip in frames
+        },
+    }
+
+
+def interval_lines(intervals: dict[str, Any]) -> str:
+    """The bootstrap intervals as a sentence."""
+    if not intervals:
+        return ""
+
+    def span(cell: dict[str, float | None], scale: float, unit: str, digits: int) -> str:
+        low, high = cell["low"], cell["high"]
+        if low is None or high is None:
+            return "–"
+        return f"[{scale * low:+.{digits}f}{unit}, {scale * high:+.{digits}f}{unit}]"
+
+    names = {"map50": "mAP50", "f1_person": "person F1", "f1_vehicles": "vehicle F1"}
+    gaps = ", ".join(
+        f"{names[key]} {span(cell, 100.0, ' %', 0)}"
+        + (f" (defined in {100 * (cell['defined'] or 0.0):.0f} % of draws)"
+           if (cell["defined"] or 0.0) < 1.0 else "")
+        for key, cell in intervals["gap_closed"].items()
+    )  # fmt: skip
+    leads = "; ".join(
+        f"{clip}: "
+        + ", ".join(f"{names[key]} {span(cell, 1.0, '', 3)}" for key, cell in by.items())
+        for clip, by in intervals["hybrid_minus_edge"].items()
+    )
+    return (
+        f"How sure: {100 * intervals['level']:.0f} % intervals from a paired bootstrap over the "
+        f"truth frames ({intervals['resamples']} draws, `bench.models.resample`). Gap closed: "
+        f"{gaps}. Hybrid minus edge: {leads}."
+    )
+
+
 def gap_lines(gaps: dict[str, Any]) -> str:
     """The gap-closed summary as a sentence (NaN: the cloud is not better than the edge)."""
     if not gaps:
@@ -507,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[tuple[SceneData, SimRun, RunScores, TruthScores]]] = {
         v.name: [] for v in plan
     }
+    per_frame: dict[str, dict[str, list[FrameTallies]]] = {}  # clip -> variant -> frames
+    compared = _compared()
     for data in clips:
         answers = CloudAnswers(
             data,
@@ -522,6 +621,13 @@ def main(argv: list[str] | None = None) -> int:
                 results[variant.name].append(
                     (data, run, scores, truth_scores(data, run, truths[data.label]))
                 )
+                verified = truths[data.label]
+                if variant.name in compared and verified is not None:
+                    on_range = restricted(verified, range(data.n_frames))
+                    found = {i: confirmed(run.outputs[i]) for i in on_range.frames}
+                    per_frame.setdefault(data.label, {})[variant.name] = frame_tallies(
+                        on_range, found, data.class_names
+                    )
         finally:
             answers.close()
             crops.close()
@@ -594,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     gaps = _gaps(records, [d.label for d in clips])
+    intervals = _intervals(per_frame, compared)
     given = argv if argv is not None else sys.argv[1:]
     command = ("python -m bench.hybrid.real_hybrid " + " ".join(given)).strip()
     shown = ", ".join(
@@ -619,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
             "person F1 / vehicle F1)",
             "\n".join(lines),
             gap_lines(gaps),
+            interval_lines(intervals),
             "**Against the cloud engine's own boxes** (the former reference; cloud-only is near "
             "1 by construction)",
             "\n".join(reference_lines),
@@ -631,7 +739,13 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "real_hybrid.md").write_text(document + "\n")
     (out_dir / "real_hybrid.json").write_text(
         json.dumps(
-            {"command": command, "settings": settings, "gap_closed": gaps, "variants": records},
+            {
+                "command": command,
+                "settings": settings,
+                "gap_closed": gaps,
+                "intervals": intervals,
+                "variants": records,
+            },
             indent=1,
         )
         + "\n"

@@ -28,6 +28,13 @@ def test_real_footage_trade_off_writes_one_record_per_variant(tmp_path: Path) ->
     assert 0.0 <= records["edge only"]["f1_person"] <= 1.0
     document = (tmp_path / "real_hybrid.md").read_text()
     assert "hybrid 2 f/s" in document and "hand-verified truth" in document
+    # how sure: intervals of the hybrid's lead over the edge, each a [low, high] pair
+    intervals = results["intervals"]
+    assert intervals["variant"] == "hybrid 2 f/s" and intervals["level"] == 0.9
+    for cell in intervals["hybrid_minus_edge"]["vtest"].values():
+        if cell["low"] is not None:
+            assert -1.0 <= cell["low"] <= cell["high"] <= 1.0
+    assert "paired bootstrap over the truth frames" in document
 
 
 def test_gap_closed_is_the_share_of_the_edge_to_cloud_difference() -> None:
