@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from bench import harness
 from bench.harness import RESULTS
@@ -49,6 +50,7 @@ from bench.hybrid._hybrid_sim import (
     score_run,
     simulate,
 )
+from bench.models.resample import LEVEL, RESAMPLES, Interval, scene_bootstrap
 from edge_agent.config.escalation import EscalationConfig
 
 BUDGETS = (0.5, 1.0, 2.0, 3.0, 4.0, 8.0)
@@ -477,6 +479,32 @@ def fusion_table(summaries: Sequence[Summary]) -> str:
     return "\n".join(lines)
 
 
+def gap_interval(hybrid: Summary, edge: Summary, cloud: Summary) -> Interval:
+    """The interval of `hybrid`'s mAP50 gap closed over draws of the scenes (paired: one draw
+    picks the same scenes for the three)."""
+    h, e, c = (np.asarray([x.scores.map50 for x in s.cells]) for s in (hybrid, edge, cloud))
+
+    def closed(draw: npt.NDArray[np.int64]) -> float:
+        gap = float(np.nanmean(c[draw]) - np.nanmean(e[draw]))
+        return float(np.nanmean(h[draw]) - np.nanmean(e[draw])) / gap if gap > 0 else math.nan
+
+    return scene_bootstrap(len(hybrid.cells), closed)
+
+
+def _default_interval(summaries: Sequence[Summary]) -> dict[str, Any] | None:
+    """`gap_interval` of the default for the JSON (None without a default row)."""
+    default = next((s for s in summaries if s.variant.is_default), None)
+    if default is None:
+        return None
+    edge = next(s for s in summaries if s.variant.mode == "edge")
+    cloud = next(s for s in summaries if s.variant.mode == "cloud" and not s.variant.stream)
+    return {
+        "level": LEVEL,
+        "resamples": RESAMPLES,
+        **gap_interval(default, edge, cloud).as_dict(),
+    }
+
+
 def _meets(s: Summary, cloud: Summary) -> bool:
     checks = [
         _ratio(s.map50, cloud.map50) >= TARGET_ACCURACY,
@@ -509,6 +537,13 @@ def verdict(summaries: Sequence[Summary]) -> str:
             for d, e in zip(default.cells, edge.cells, strict=True)
             if d.scores.map50 < e.scores.map50
         ]
+        sure = gap_interval(default, edge, cloud)
+        lines.append(
+            f"How sure: the default's gap closed lies in {_pct(sure.low, 0)} to "
+            f"{_pct(sure.high, 0)} in {100 * LEVEL:.0f} % of {RESAMPLES} draws of these "
+            f"{len(default.cells)} scenes with replacement (`bench.models.resample`); a target "
+            "inside that span is not told apart from the default by this set of scenes."
+        )
         lines.append(
             f"Targets at the default ({_pct(default.share)} of frames, "
             f"{_pct(default.camera_share)} of the cameras' own H.264 bytes, "
@@ -819,7 +854,12 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(document)
-    results = {"command": command.strip(), "settings": settings, "variants": records(summaries)}
+    results = {
+        "command": command.strip(),
+        "settings": settings,
+        "variants": records(summaries),
+        "default_gap_closed_interval": _default_interval(summaries),
+    }
     harness.write_results("hybrid_tradeoff", document, results, args.out)
     if not args.no_plot:
         plot(summaries, args.out / "hybrid_tradeoff.png")

@@ -1,10 +1,14 @@
-"""How sure a score on the hand-verified truth is: a paired bootstrap over the truth's frames.
+"""How sure a benchmark's score is: paired bootstraps over the truth's frames or the scenes.
 
 The real-footage benches score a few dozen frames per clip, so a difference of a hundredth of
 mAP50 between two variants can be the luck of which frames were labelled. `bootstrap` redraws
 each clip's truth frames with replacement (the same draw for every variant: the comparison is
 paired, as the variants ran on the same frames), sums the per-frame `Tally`s of each variant
 and evaluates a statistic on them; the spread of the statistic over the draws is its interval.
+
+`scene_bootstrap` does the same over whole units (the generated scenes of the test world, each
+scored once per variant): the scenes are drawn again, and a statistic of their per-scene scores
+is taken on each draw.
 
 Pure: the caller scores the frames (`frame_tallies`) and names the statistic; the random
 generator is seeded, so a table is reproducible.
@@ -17,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from bench.models.truth import ClipTruth, Tally, restricted, score_frames
 from detection.detections import Detections
@@ -71,10 +76,7 @@ def bootstrap(
     `frames`: clip -> variant -> per-frame tallies, every variant of a clip on the same frames
     in the same order.
     """
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, got {resamples}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    _check(resamples, level)
     sizes = {}
     for clip, by_variant in frames.items():
         lengths = {len(tallies) for tallies in by_variant.values()}
@@ -92,14 +94,45 @@ def bootstrap(
             }
             for clip, by_variant in frames.items()
         }
-        value = statistic(summed)
-        if not math.isnan(value):
-            values.append(value)
-    if not values:
+        values.append(statistic(summed))
+    return _interval(values, level)
+
+
+def scene_bootstrap(
+    units: int,
+    statistic: Callable[[npt.NDArray[np.int64]], float],
+    *,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Interval:
+    """The `level` percentile interval of `statistic` over `resamples` draws of `units` units
+    with replacement; `statistic` gets the drawn unit indices (the same for every variant it
+    compares)."""
+    _check(resamples, level)
+    if units < 1:
+        raise ValueError(f"units must be at least 1, got {units}")
+    rng = np.random.default_rng(seed)
+    return _interval(
+        [statistic(rng.integers(0, units, size=units)) for _ in range(resamples)], level
+    )
+
+
+def _check(resamples: int, level: float) -> None:
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+
+def _interval(values: Sequence[float], level: float) -> Interval:
+    """The percentile interval of the draws' values, NaNs counted as undefined."""
+    defined = [v for v in values if not math.isnan(v)]
+    if not defined:
         return Interval(math.nan, math.nan, 0.0)
     tail = (1.0 - level) / 2.0
-    low, high = np.quantile(values, [tail, 1.0 - tail])
-    return Interval(float(low), float(high), len(values) / resamples)
+    low, high = np.quantile(defined, [tail, 1.0 - tail])
+    return Interval(float(low), float(high), len(defined) / len(values))
 
 
 def _summed(frames: Sequence[FrameTallies]) -> dict[str, Tally]:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.models.resample import Summed, bootstrap, frame_tallies
+from bench.models.resample import Summed, bootstrap, frame_tallies, scene_bootstrap
 from bench.models.truth import ClipTruth, TruthBox, score_frames
 from detection.detections import Detections
 
@@ -113,3 +113,13 @@ def test_variants_scored_on_different_frames_and_bad_settings_are_refused() -> N
         bootstrap({"t": {"a": tallies}}, lambda s: 0.0, resamples=0)
     with pytest.raises(ValueError, match="level"):
         bootstrap({"t": {"a": tallies}}, lambda s: 0.0, level=1.0)
+
+
+def test_scene_draws_give_an_interval_around_the_mean_and_nothing_when_constant() -> None:
+    scores = np.asarray([0.2, 0.4, 0.6, 0.8])
+    interval = scene_bootstrap(len(scores), lambda draw: float(scores[draw].mean()), seed=1)
+    assert 0.2 <= interval.low < 0.5 < interval.high <= 0.8 and interval.defined == 1.0
+    same = scene_bootstrap(3, lambda draw: 0.5, resamples=20)
+    assert (same.low, same.high) == (0.5, 0.5)
+    with pytest.raises(ValueError, match="units"):
+        scene_bootstrap(0, lambda draw: 0.0)
