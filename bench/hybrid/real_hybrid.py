@@ -79,7 +79,6 @@ from bench.models.resample import (
     LEVEL,
     RESAMPLES,
     FrameTallies,
-    Interval,
     Summed,
     bootstrap,
     frame_tallies,
@@ -492,16 +491,13 @@ def _intervals(
     def lead(clip: str, key: str) -> Callable[[Summed], float]:
         return lambda s: metric(s[clip][hybrid], key) - metric(s[clip][edge], key)
 
-    def record(interval: Interval) -> dict[str, float | None]:
-        return interval.as_dict()
-
     return {
         "variant": hybrid,
         "level": LEVEL,
         "resamples": RESAMPLES,
-        "gap_closed": {key: record(bootstrap(frames, gap(key))) for key in METRICS},
+        "gap_closed": {key: bootstrap(frames, gap(key)).as_dict() for key in METRICS},
         "hybrid_minus_edge": {
-            clip: {key: record(bootstrap(frames, lead(clip, key))) for key in METRICS}
+            clip: {key: bootstrap(frames, lead(clip, key)).as_dict() for key in METRICS}
             for clip in frames
         },
     }
@@ -625,9 +621,10 @@ def main(argv: list[str] | None = None) -> int:
                 if variant.name in compared and verified is not None:
                     on_range = restricted(verified, range(data.n_frames))
                     found = {i: confirmed(run.outputs[i]) for i in on_range.frames}
-                    per_frame.setdefault(data.label, {})[variant.name] = frame_tallies(
-                        on_range, found, data.class_names
-                    )
+                    if found:  # a clip with no labelled frame in range has nothing to draw
+                        per_frame.setdefault(data.label, {})[variant.name] = frame_tallies(
+                            on_range, found, data.class_names
+                        )
         finally:
             answers.close()
             crops.close()

@@ -83,6 +83,8 @@ def bootstrap(
         if len(lengths) != 1:
             raise ValueError(f"{clip}: the variants were scored on different numbers of frames")
         sizes[clip] = lengths.pop()
+        if sizes[clip] == 0:
+            raise ValueError(f"{clip}: no frames to draw from")
     rng = np.random.default_rng(seed)
     values: list[float] = []
     for _ in range(resamples):

@@ -109,6 +109,8 @@ def test_variants_scored_on_different_frames_and_bad_settings_are_refused() -> N
     tallies = frame_tallies(truth, _found(truth, {0}), NAMES)
     with pytest.raises(ValueError, match="different numbers of frames"):
         bootstrap({"t": {"a": tallies, "b": tallies[:3]}}, lambda s: 0.0)
+    with pytest.raises(ValueError, match="no frames"):
+        bootstrap({"t": {"a": []}}, lambda s: 0.0)
     with pytest.raises(ValueError, match="resamples"):
         bootstrap({"t": {"a": tallies}}, lambda s: 0.0, resamples=0)
     with pytest.raises(ValueError, match="level"):
