@@ -82,6 +82,7 @@ from bench.models.resample import (
     Summed,
     bootstrap,
     frame_tallies,
+    summed,
 )
 from bench.models.truth import (
     TRUTH_DIR,
@@ -90,7 +91,6 @@ from bench.models.truth import (
     clip_truth,
     mean_ap50,
     restricted,
-    score_frames,
 )
 from cloud_service.engines import Engine, create_engine
 from cloud_service.models import ModelInfo
@@ -395,17 +395,42 @@ class TruthScores:
 NO_TRUTH = TruthScores(math.nan, math.nan, math.nan, 0)
 
 
-def truth_scores(data: SceneData, run: SimRun, truth: ClipTruth | None) -> TruthScores:
-    """Score the run's confirmed tracks on the truth frames within the simulated range."""
+METRICS = ("map50", "f1_person", "f1_vehicles")
+
+
+def _compared() -> tuple[str, str, str]:
+    """The variants the gap is measured on: edge only, cloud only, the default hybrid."""
+    default = next(v.name for v in variants() if v.is_default)
+    return ("edge only", "cloud only", default)
+
+
+def metric(tallies: Mapping[str, Tally], key: str) -> float:
+    """One of `METRICS` from a variant's tallies by class group."""
+    if key == "map50":
+        return mean_ap50(tallies)
+    return tallies["person" if key == "f1_person" else "vehicles"].f1
+
+
+def truth_frames(data: SceneData, run: SimRun, truth: ClipTruth | None) -> list[FrameTallies]:
+    """Per truth frame within the simulated range, the tallies of the run's confirmed tracks
+    on it (none without a truth)."""
     if truth is None:
-        return NO_TRUTH
+        return []
     scored = restricted(truth, range(data.n_frames))
-    if not scored.frames:
-        return NO_TRUTH
     found = {index: confirmed(run.outputs[index]) for index in scored.frames}
-    tallies: dict[str, Tally] = score_frames(scored, found, data.class_names)
+    return frame_tallies(scored, found, data.class_names)
+
+
+def truth_scores(frames: Sequence[FrameTallies]) -> TruthScores:
+    """A run's scores over its truth frames (`truth_frames`; NaN without any)."""
+    if not frames:
+        return NO_TRUTH
+    tallies = summed(frames)
     return TruthScores(
-        mean_ap50(tallies), tallies["person"].f1, tallies["vehicles"].f1, len(scored.frames)
+        metric(tallies, "map50"),
+        metric(tallies, "f1_person"),
+        metric(tallies, "f1_vehicles"),
+        len(frames),
     )
 
 
@@ -431,9 +456,9 @@ def _nanmean(values: list[float]) -> float:
 def _gaps(records: list[dict[str, Any]], clips: list[str]) -> dict[str, Any]:
     """Gap closed by the default hybrid against the truth, per clip and on the means."""
     by_name = {r["name"]: r for r in records}
-    default = next((v.name for v in variants() if v.is_default), None)
-    edge, cloud = by_name.get("edge only"), by_name.get("cloud only")
-    if default is None or edge is None or cloud is None or default not in by_name:
+    edge_name, cloud_name, default = _compared()
+    edge, cloud = by_name.get(edge_name), by_name.get(cloud_name)
+    if edge is None or cloud is None or default not in by_name:
         return {}
     hybrid = by_name[default]
 
@@ -443,28 +468,12 @@ def _gaps(records: list[dict[str, Any]], clips: list[str]) -> dict[str, Any]:
         return _number(gap_closed(float(h), float(e), float(c)))
 
     out: dict[str, Any] = {"variant": default, "mean": {}, "clips": {}}
-    for key in ("map50", "f1_person", "f1_vehicles"):
+    for key in METRICS:
         out["mean"][key] = closed(hybrid[key], edge[key], cloud[key])
         for clip in clips:
             h, e, c = (r["clips"][clip].get(key) for r in (hybrid, edge, cloud))
             out["clips"].setdefault(clip, {})[key] = closed(h, e, c)
     return out
-
-
-METRICS = ("map50", "f1_person", "f1_vehicles")
-
-
-def _compared() -> tuple[str, str, str]:
-    """The variants the gap is measured on: edge only, cloud only, the default hybrid."""
-    default = next(v.name for v in variants() if v.is_default)
-    return ("edge only", "cloud only", default)
-
-
-def metric(tallies: Mapping[str, Tally], key: str) -> float:
-    """One of `METRICS` from a variant's tallies by class group."""
-    if key == "map50":
-        return mean_ap50(tallies)
-    return tallies["person" if key == "f1_person" else "vehicles"].f1
 
 
 def _intervals(
@@ -614,17 +623,11 @@ def main(argv: list[str] | None = None) -> int:
             for variant in plan:
                 run = simulate(data, replace(variant), answers, crops)
                 scores = score_run(data, run)
-                results[variant.name].append(
-                    (data, run, scores, truth_scores(data, run, truths[data.label]))
-                )
-                verified = truths[data.label]
-                if variant.name in compared and verified is not None:
-                    on_range = restricted(verified, range(data.n_frames))
-                    found = {i: confirmed(run.outputs[i]) for i in on_range.frames}
-                    if found:  # a clip with no labelled frame in range has nothing to draw
-                        per_frame.setdefault(data.label, {})[variant.name] = frame_tallies(
-                            on_range, found, data.class_names
-                        )
+                frames = truth_frames(data, run, truths[data.label])
+                results[variant.name].append((data, run, scores, truth_scores(frames)))
+                # a clip with no truth frame in range has nothing to draw from
+                if variant.name in compared and frames:
+                    per_frame.setdefault(data.label, {})[variant.name] = frames
         finally:
             answers.close()
             crops.close()

@@ -39,10 +39,11 @@ LEVEL = 0.9
 def frame_tallies(
     truth: ClipTruth, found: Mapping[int, Detections], names: Sequence[str]
 ) -> list[FrameTallies]:
-    """Per truth frame (in frame order), the tallies of `found` on it alone."""
+    """Per truth frame (in the truth's order, as `score_frames` takes them), the tallies of
+    `found` on it alone; `summed` adds them up to `score_frames`' tallies of the whole."""
     return [
         score_frames(restricted(truth, [index]), {index: found[index]}, names)
-        for index in sorted(truth.frames)
+        for index in truth.frames
     ]
 
 
@@ -89,14 +90,14 @@ def bootstrap(
     values: list[float] = []
     for _ in range(resamples):
         draw = {clip: rng.integers(0, n, size=n) for clip, n in sizes.items()}
-        summed = {
+        totals = {
             clip: {
-                variant: _summed([tallies[i] for i in draw[clip]])
+                variant: summed([tallies[i] for i in draw[clip]])
                 for variant, tallies in by_variant.items()
             }
             for clip, by_variant in frames.items()
         }
-        values.append(statistic(summed))
+        values.append(statistic(totals))
     return _interval(values, level)
 
 
@@ -137,7 +138,8 @@ def _interval(values: Sequence[float], level: float) -> Interval:
     return Interval(float(low), float(high), len(defined) / len(values))
 
 
-def _summed(frames: Sequence[FrameTallies]) -> dict[str, Tally]:
+def summed(frames: Sequence[FrameTallies]) -> dict[str, Tally]:
+    """The tallies of several frames added up, by class group."""
     out: dict[str, Tally] = {}
     for tallies in frames:
         for group, tally in tallies.items():
