@@ -154,7 +154,6 @@ def build_onnx(
     strides: list[int] = []  # input pixels per cell of each layer's output
     heads: list[str] = []
     current, depth, stride = "images", 3, 1
-    yolo_index = 0
     for index, section in enumerate(sections[1:]):
         name = f"layer{index}"
         if section.kind == "convolutional":
@@ -174,9 +173,8 @@ def build_onnx(
             current = graph.node("Concat", [names[p] for p in picks], name, axis=1)
             depth, stride = sum(channels[p] for p in picks), strides[picks[0]]
         elif section.kind == "yolo":
-            mask = (masks or {}).get(yolo_index, section.options["mask"])
+            mask = (masks or {}).get(len(heads), section.options["mask"])
             heads.append(_yolo(graph, section, mask, name, current, stride, height, width))
-            yolo_index += 1
             current = graph.node("Identity", [current], name)
         else:
             raise DarknetError(f"layer {index}: [{section.kind}] is not supported")
@@ -194,12 +192,8 @@ def build_onnx(
         helper.make_graph(
             graph.nodes,
             "darknet",
-            [
-                helper.make_tensor_value_info(
-                    "images", TensorProto.FLOAT, ["batch", 3, height, width]
-                )
-            ],
-            [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", None, None])],
+            [_tensor("images", ["batch", 3, height, width])],
+            [_tensor("output0", ["batch", None, None])],
             graph.initializers,
         ),
         opset_imports=[helper.make_opsetid("", 17)],
