@@ -491,18 +491,14 @@ def gap_interval(hybrid: Summary, edge: Summary, cloud: Summary) -> Interval:
     return scene_bootstrap(len(hybrid.cells), closed)
 
 
-def _default_interval(summaries: Sequence[Summary]) -> dict[str, Any] | None:
-    """`gap_interval` of the default for the JSON (None without a default row)."""
+def default_interval(summaries: Sequence[Summary]) -> Interval | None:
+    """`gap_interval` of the default row (None without one)."""
     default = next((s for s in summaries if s.variant.is_default), None)
     if default is None:
         return None
     edge = next(s for s in summaries if s.variant.mode == "edge")
-    cloud = next(s for s in summaries if s.variant.mode == "cloud" and not s.variant.stream)
-    return {
-        "level": LEVEL,
-        "resamples": RESAMPLES,
-        **gap_interval(default, edge, cloud).as_dict(),
-    }
+    cloud = next(s for s in summaries if s.variant.mode == "cloud")
+    return gap_interval(default, edge, cloud)
 
 
 def _meets(s: Summary, cloud: Summary) -> bool:
@@ -514,8 +510,9 @@ def _meets(s: Summary, cloud: Summary) -> bool:
     return all(checks) and s.share <= TARGET_SHARE
 
 
-def verdict(summaries: Sequence[Summary]) -> str:
-    """Where the default sits and which hybrid variants meet the targets."""
+def verdict(summaries: Sequence[Summary], sure: Interval | None = None) -> str:
+    """Where the default sits and which hybrid variants meet the targets; `sure`: the
+    default's `default_interval`, when drawn."""
     cloud = next(s for s in summaries if s.variant.mode == "cloud")
     default = next((s for s in summaries if s.variant.is_default), None)
     lines = []
@@ -537,13 +534,14 @@ def verdict(summaries: Sequence[Summary]) -> str:
             for d, e in zip(default.cells, edge.cells, strict=True)
             if d.scores.map50 < e.scores.map50
         ]
-        sure = gap_interval(default, edge, cloud)
-        lines.append(
-            f"How sure: the default's gap closed lies in {_pct(sure.low, 0)} to "
-            f"{_pct(sure.high, 0)} in {100 * LEVEL:.0f} % of {RESAMPLES} draws of these "
-            f"{len(default.cells)} scenes with replacement (`bench.models.resample`); a target "
-            "inside that span is not told apart from the default by this set of scenes."
-        )
+        if sure is not None:
+            lines.append(
+                f"How sure: the default's gap closed lies in {_pct(sure.low, 0)} to "
+                f"{_pct(sure.high, 0)} in {100 * LEVEL:.0f} % of {RESAMPLES} draws of these "
+                f"{len(default.cells)} scenes with replacement (`bench.models.resample`); a "
+                "target inside that span is not told apart from the default by this set of "
+                "scenes."
+            )
         lines.append(
             f"Targets at the default ({_pct(default.share)} of frames, "
             f"{_pct(default.camera_share)} of the cameras' own H.264 bytes, "
@@ -841,12 +839,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{computed} crop requests run on the cloud model, {crops_computed} focus crops on the "
         "edge model)."
     )
+    sure = default_interval(summaries)
     document = "\n\n".join(
         [
             f"# Hybrid trade-off\n\n`{command.strip()}`\n\n{settings}",
             "## Averages over scenes (alerts pooled over the `events` scenes)",
             main_table(summaries),
-            verdict(summaries),
+            verdict(summaries, sure),
             "## Per scene",
             per_scene_table(summaries),
             "## Escalation and fusion (sums over scenes)",
@@ -858,7 +857,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": command.strip(),
         "settings": settings,
         "variants": records(summaries),
-        "default_gap_closed_interval": _default_interval(summaries),
+        "default_gap_closed_interval": None
+        if sure is None
+        else {"level": LEVEL, "resamples": RESAMPLES, **sure.as_dict()},
     }
     harness.write_results("hybrid_tradeoff", document, results, args.out)
     if not args.no_plot:
