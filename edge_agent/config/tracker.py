@@ -126,6 +126,19 @@ class TrackerConfig(StrictModel):
         ),
     )
 
+    recover_iou: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Observation-centric recovery (OC-SORT): a track no detection matched by its "
+            "predicted box may take one overlapping the box it was last measured at by at least "
+            "this IoU, before a new track is started there (a person who stopped or turned is "
+            "predicted on past their box). 0 (the default) turns it off; 0.3 is measured in "
+            "bench/results/real_hybrid.md (the `recovery` rows)."
+        ),
+    )
+
     @model_validator(mode="after")
     def _check_embedder(self) -> Self:
         if self.embedder == "mobilenetv2" and self.embedder_model_path is None:

@@ -330,6 +330,48 @@ def test_tracker_config_class_gate_off_lets_any_class_continue_any_track() -> No
     assert DeepSortTracker.from_config(config, 0.5, COCO_KEYS).class_keys is None
 
 
+def _walk_then_stop(tracker: DeepSortTracker, cls: int = 0) -> list[int]:
+    """A person walking right at 10 px a frame for 8 frames, unseen for 2 (behind something),
+    then standing where last seen: the track's motion model has carried it 27 px on (IoU 0.19
+    with the box); the tracker ids of the detections."""
+    ids = []
+    for frame in range(8):
+        ids.append(
+            int(tracker.update(_mixed([(_box(100 + 10 * frame, 100, 40, 60), 0)])).tracker_id[0])
+        )
+    for _ in range(2):
+        tracker.update(Detections.empty())
+    for _ in range(3):
+        ids.append(int(tracker.update(_mixed([(_box(170, 100, 40, 60), cls)])).tracker_id[0]))
+    return ids
+
+
+@pytest.mark.parametrize(("recover_iou", "same_track"), [(0.3, True), (0.0, False)])
+def test_a_track_whose_object_stopped_takes_it_back_by_its_last_measured_box(
+    recover_iou: float, same_track: bool
+) -> None:
+    """OC-SORT's observation-centric recovery: the box the track was last measured at still
+    covers the object the prediction overshot; without it a second track starts there."""
+    tracker = DeepSortTracker(n_init=2, recover_iou=recover_iou)
+    ids = _walk_then_stop(tracker)
+    assert ids[1] > 0 and len(set(ids[1:8])) == 1
+    assert (ids[-1] == ids[1]) is same_track
+    assert len(tracker.tracks) == (1 if same_track else 2)
+
+
+def test_recovery_keeps_the_class_gate() -> None:
+    """A bicycle where the person was last seen starts its own track."""
+    tracker = DeepSortTracker(n_init=2, recover_iou=0.3, class_keys=COCO_KEYS)
+    ids = _walk_then_stop(tracker, cls=1)
+    assert ids[-1] > 0 and ids[-1] != ids[1]
+
+
+def test_tracker_config_recover_iou_reaches_the_tracker() -> None:
+    config = TrackerConfig(embedder="none", recover_iou=0.3)
+    assert DeepSortTracker.from_config(config, 0.5).recover_iou == 0.3
+    assert DeepSortTracker.from_config(TrackerConfig(embedder="none"), 0.5).recover_iou == 0.0
+
+
 def test_callers_detections_are_not_mutated() -> None:
     tracker = DeepSortTracker(n_init=1)
     dets = _dets([_box(50, 50), _box(200, 50)])
@@ -449,6 +491,7 @@ def test_embeddings_shape_is_checked() -> None:
         ({"new_track_min_score": 1.5}, r"new_track_min_score must be in \[0.0, 1.0\], got 1.5"),
         ({"skip_iou_buffer": -0.1}, r"skip_iou_buffer must be in \[0.0, 2.0\], got -0.1"),
         ({"skip_iou_buffer_max": 11}, r"skip_iou_buffer_max must be in \[0.0, 10.0\], got 11"),
+        ({"recover_iou": 1.5}, r"recover_iou must be in \[0.0, 1.0\], got 1.5"),
     ],
 )
 def test_bad_hyper_parameters_raise(kwargs: dict[str, Any], message: str) -> None:
