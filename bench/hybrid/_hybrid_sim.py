@@ -94,6 +94,7 @@ SCENE_START_S = 1_700_000_000.0  # wall clock of frame 0 (POSIX seconds), for re
 # it on `events` scenes): IoU-only DeepSORT, ByteTrack second pass down to 0.1.
 TRACKER = TrackerConfig(embedder="none", n_init=2, max_age_frames=25, low_score_threshold=0.1)
 DETECTOR_THRESHOLD = 0.3
+RECOVER_IOU = 0.3  # `tracker.recover_iou` of the benches' "recovery" rows
 
 Mode = Literal["edge", "cloud", "hybrid"]
 FloatArray = npt.NDArray[np.float64]
@@ -604,7 +605,8 @@ class Variant:
     with the same budget, round trip and bytes. What it leaves to gain is the cloud model's part.
     `stream=True` (cloud mode) streams the camera to the cloud: the uplink is the camera's own
     H.264 stream (`SceneData.stream_bytes`), and the cloud's boxes are those on every frame as
-    cloud-only sees it (the JPEG at `jpeg_quality` of the decoded frame).
+    cloud-only sees it (the JPEG at `jpeg_quality` of the decoded frame). `tracker` replaces
+    the scene's tracker settings (`SceneData.tracker`) where set.
     """
 
     name: str
@@ -617,6 +619,7 @@ class Variant:
     group: str = ""
     is_default: bool = False
     stream: bool = False  # cloud mode only: the camera's H.264 stream is the uplink
+    tracker: TrackerConfig | None = None
 
 
 @dataclass
@@ -708,7 +711,7 @@ def simulate(
     pipeline = CameraPipeline(
         sim_camera(data),
         CameraTracker.from_config(
-            data.tracker,
+            data.tracker if variant.tracker is None else variant.tracker,
             data.detector_threshold,
             NoEmbedder(),
             GroupKeys.from_names(data.class_groups, data.class_names),

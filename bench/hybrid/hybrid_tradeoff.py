@@ -39,6 +39,8 @@ import numpy.typing as npt
 from bench import harness
 from bench.harness import RESULTS
 from bench.hybrid._hybrid_sim import (
+    RECOVER_IOU,
+    TRACKER,
     CloudAnswers,
     EdgeCrops,
     RunScores,
@@ -139,6 +141,27 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
                 **common,
             )
         )
+    # The tracker's observation-centric recovery (`tracker.recover_iou`), edge only and hybrid.
+    recovering = TRACKER.model_copy(update={"recover_iou": RECOVER_IOU})
+    out.append(
+        Variant(
+            f"edge only, recovery {RECOVER_IOU:g}",
+            "edge",
+            group="tracker",
+            tracker=recovering,
+            **common,
+        )
+    )
+    out.append(
+        Variant(
+            f"hybrid {default_fps:g} f/s, recovery {RECOVER_IOU:g}",
+            "hybrid",
+            _budget(default_fps, video=True),
+            group="tracker",
+            tracker=recovering,
+            **common,
+        )
+    )
     policy: list[tuple[str, dict[str, Any]]] = [
         ("score >= 0.5", {"signals": {"score_threshold": 0.5}}),
         ("score >= 2", {"signals": {"score_threshold": 2.0}}),

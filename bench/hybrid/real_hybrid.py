@@ -60,6 +60,7 @@ import numpy as np
 from bench.harness import REPO_ROOT, RESULTS
 from bench.hybrid._hybrid_sim import (
     CACHE,
+    RECOVER_IOU,
     CloudAnswers,
     EdgeCrops,
     RunScores,
@@ -345,6 +346,18 @@ def variants() -> list[Variant]:
                 cloud_threshold=0.3,
             )
         )
+    # the tracker's observation-centric recovery (`tracker.recover_iou`), edge only and hybrid
+    recovering = TRACKER.model_copy(update={"recover_iou": RECOVER_IOU})
+    out.append(Variant(f"edge only, recovery {RECOVER_IOU:g}", "edge", tracker=recovering))
+    out.append(
+        Variant(
+            f"hybrid 2 f/s, recovery {RECOVER_IOU:g}",
+            "hybrid",
+            _budget(2.0, video=True),
+            cloud_threshold=0.3,
+            tracker=recovering,
+        )
+    )
     out.append(Variant("oracle 2 f/s", "hybrid", _budget(2.0, video=True), oracle=True))
     return out
 
@@ -497,44 +510,92 @@ def _intervals(
     def gap(key: str) -> Callable[[Summed], float]:
         return lambda s: gap_closed(mean(s, hybrid, key), mean(s, edge, key), mean(s, cloud, key))
 
-    def lead(clip: str, key: str) -> Callable[[Summed], float]:
-        return lambda s: metric(s[clip][hybrid], key) - metric(s[clip][edge], key)
-
     return {
         "variant": hybrid,
         "level": LEVEL,
         "resamples": RESAMPLES,
         "gap_closed": {key: bootstrap(frames, gap(key)).as_dict() for key in METRICS},
-        "hybrid_minus_edge": {
-            clip: {key: bootstrap(frames, lead(clip, key)).as_dict() for key in METRICS}
-            for clip in frames
-        },
+        "hybrid_minus_edge": _leads(frames, edge, hybrid),
     }
+
+
+def _lead(clip: str, key: str, base: str, other: str) -> Callable[[Summed], float]:
+    return lambda s: metric(s[clip][other], key) - metric(s[clip][base], key)
+
+
+def _leads(
+    frames: Mapping[str, Mapping[str, Sequence[FrameTallies]]], base: str, other: str
+) -> dict[str, dict[str, Any]]:
+    """Per clip and metric, the 90 % bootstrap interval of `other` minus `base`."""
+    return {
+        clip: {key: bootstrap(frames, _lead(clip, key, base, other)).as_dict() for key in METRICS}
+        for clip in frames
+    }
+
+
+def _paired() -> tuple[tuple[str, str], ...]:
+    """Rows told apart from the one they change, `(without, with)`: the tracker's recovery,
+    edge only and the default hybrid."""
+    with_recovery = f", recovery {RECOVER_IOU:g}"
+    default = _compared()[2]
+    return (("edge only", "edge only" + with_recovery), (default, default + with_recovery))
+
+
+def _differences(
+    per_frame: Mapping[str, Mapping[str, Sequence[FrameTallies]]],
+    pairs: Sequence[tuple[str, str]],
+) -> dict[str, Any]:
+    """For each pair `(without, with)` that ran on every clip with truth, the 90 % bootstrap
+    intervals of with minus without per clip and metric (the same draws as `_intervals`)."""
+    out: dict[str, Any] = {}
+    for base, other in pairs:
+        frames = {
+            clip: {base: by_variant[base], other: by_variant[other]}
+            for clip, by_variant in per_frame.items()
+            if base in by_variant and other in by_variant
+        }
+        if frames and len(frames) == len(per_frame):
+            out[f"{other} - {base}"] = _leads(frames, base, other)
+    return out
+
+
+_NAMES = {"map50": "mAP50", "f1_person": "person F1", "f1_vehicles": "vehicle F1"}
+
+
+def _span(cell: dict[str, float | None], scale: float, unit: str, digits: int) -> str:
+    low, high = cell["low"], cell["high"]
+    if low is None or high is None:
+        return "–"
+    return f"[{scale * low:+.{digits}f}{unit}, {scale * high:+.{digits}f}{unit}]"
+
+
+def _lead_cells(by_clip: dict[str, dict[str, Any]]) -> str:
+    return "; ".join(
+        f"{clip}: "
+        + ", ".join(f"{_NAMES[key]} {_span(cell, 1.0, '', 3)}" for key, cell in by.items())
+        for clip, by in by_clip.items()
+    )
+
+
+def difference_lines(differences: dict[str, Any]) -> str:
+    """The paired rows' intervals (`_differences`) as a sentence."""
+    if not differences:
+        return ""
+    parts = "; ".join(f"{pair}: {_lead_cells(by)}" for pair, by in differences.items())
+    return f"Changes told apart the same way (90 %, with minus without): {parts}."
 
 
 def interval_lines(intervals: dict[str, Any]) -> str:
     """The bootstrap intervals as a sentence."""
     if not intervals:
         return ""
-
-    def span(cell: dict[str, float | None], scale: float, unit: str, digits: int) -> str:
-        low, high = cell["low"], cell["high"]
-        if low is None or high is None:
-            return "–"
-        return f"[{scale * low:+.{digits}f}{unit}, {scale * high:+.{digits}f}{unit}]"
-
-    names = {"map50": "mAP50", "f1_person": "person F1", "f1_vehicles": "vehicle F1"}
     gaps = ", ".join(
-        f"{names[key]} {span(cell, 100.0, ' %', 0)}"
+        f"{_NAMES[key]} {_span(cell, 100.0, ' %', 0)}"
         + (f" (defined in {100 * (cell['defined'] or 0.0):.0f} % of draws)"
            if (cell["defined"] or 0.0) < 1.0 else "")
         for key, cell in intervals["gap_closed"].items()
     )  # fmt: skip
-    leads = "; ".join(
-        f"{clip}: "
-        + ", ".join(f"{names[key]} {span(cell, 1.0, '', 3)}" for key, cell in by.items())
-        for clip, by in intervals["hybrid_minus_edge"].items()
-    )
+    leads = _lead_cells(intervals["hybrid_minus_edge"])
     return (
         f"How sure: {100 * intervals['level']:.0f} % intervals from a paired bootstrap over the "
         f"truth frames ({intervals['resamples']} draws, `bench.models.resample`). Gap closed: "
@@ -611,6 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     per_frame: dict[str, dict[str, list[FrameTallies]]] = {}  # clip -> variant -> frames
     compared = _compared()
+    kept = {*compared, *(name for pair in _paired() for name in pair)}  # frames to draw from
     for data in clips:
         answers = CloudAnswers(
             data,
@@ -626,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
                 frames = truth_frames(data, run, truths[data.label])
                 results[variant.name].append((data, run, scores, truth_scores(frames)))
                 # a clip with no truth frame in range has nothing to draw from
-                if variant.name in compared and frames:
+                if variant.name in kept and frames:
                     per_frame.setdefault(data.label, {})[variant.name] = frames
         finally:
             answers.close()
@@ -701,6 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     gaps = _gaps(records, [d.label for d in clips])
     intervals = _intervals(per_frame, compared)
+    differences = _differences(per_frame, _paired())
     given = argv if argv is not None else sys.argv[1:]
     command = ("python -m bench.hybrid.real_hybrid " + " ".join(given)).strip()
     shown = ", ".join(
@@ -727,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
             "\n".join(lines),
             gap_lines(gaps),
             interval_lines(intervals),
+            difference_lines(differences),
             "**Against the cloud engine's own boxes** (the former reference; cloud-only is near "
             "1 by construction)",
             "\n".join(reference_lines),
@@ -744,6 +808,7 @@ def main(argv: list[str] | None = None) -> int:
                 "settings": settings,
                 "gap_closed": gaps,
                 "intervals": intervals,
+                "differences": differences,
                 "variants": records,
             },
             indent=1,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.hybrid import real_hybrid
+from bench.models.truth import Tally
 
 
 def test_real_footage_trade_off_writes_one_record_per_variant(tmp_path: Path) -> None:
@@ -35,6 +36,40 @@ def test_real_footage_trade_off_writes_one_record_per_variant(tmp_path: Path) ->
         if cell["low"] is not None:
             assert -1.0 <= cell["low"] <= cell["high"] <= 1.0
     assert "paired bootstrap over the truth frames" in document
+
+
+def _frames(hits: list[bool]) -> list[dict[str, Tally]]:
+    """One truth frame per entry: a person found (True) or a false box and a miss."""
+    return [
+        {
+            "person": Tally(truth=1, scores=[0.9], hits=[hit]),
+            "vehicles": Tally(truth=1, scores=[0.9], hits=[True]),
+        }
+        for hit in hits
+    ]
+
+
+def test_a_change_is_told_apart_from_the_row_it_changes_on_the_same_frames() -> None:
+    """The recovery rows' intervals: with minus without per clip, paired over the frames; a
+    pair missing from a clip is left out rather than drawn on part of the clips."""
+    base, better = _frames([False, True] * 10), _frames([True, True] * 10)
+    per_frame = {"vtest": {"a": base, "b": better, "c": base}, "bikes": {"a": base, "b": better}}
+    differences = real_hybrid._differences(per_frame, [("a", "b"), ("a", "c")])
+    assert list(differences) == ["b - a"]  # c did not run on bikes
+    for clip in ("vtest", "bikes"):
+        person = differences["b - a"][clip]["f1_person"]
+        assert 0.0 < person["low"] <= person["high"]  # better on every frame: surely better
+        vehicles = differences["b - a"][clip]["f1_vehicles"]
+        assert vehicles["low"] == vehicles["high"] == 0.0
+    line = real_hybrid.difference_lines(differences)
+    assert line.startswith("Changes told apart") and "b - a: vtest: mAP50 [" in line
+    assert real_hybrid.difference_lines({}) == ""
+
+
+def test_the_recovery_rows_are_paired_with_the_rows_they_change() -> None:
+    names = {v.name for v in real_hybrid.variants()}
+    for pair in real_hybrid._paired():
+        assert set(pair) <= names
 
 
 def test_gap_closed_is_the_share_of_the_edge_to_cloud_difference() -> None:
