@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import av
 import numpy as np
@@ -620,6 +620,26 @@ class Variant:
     is_default: bool = False
     stream: bool = False  # cloud mode only: the camera's H.264 stream is the uplink
     tracker: TrackerConfig | None = None
+
+
+def with_recovery(name: str) -> str:
+    """The name of `name`'s row with the tracker's recovery (`recovery_variants`)."""
+    return f"{name}, recovery {RECOVER_IOU:g}"
+
+
+def recovery_variants(
+    tracker: TrackerConfig, fps: float, escalation: EscalationConfig, **common: Any
+) -> list[Variant]:
+    """Edge only, and the hybrid at `fps` frames/s with `escalation`, with `tracker`'s
+    observation-centric recovery on (`tracker.recover_iou` at `RECOVER_IOU`); `common`: the
+    other `Variant` fields both share."""
+    recovering = tracker.model_copy(update={"recover_iou": RECOVER_IOU})
+    return [
+        Variant(with_recovery("edge only"), "edge", tracker=recovering, **common),
+        Variant(
+            with_recovery(f"hybrid {fps:g} f/s"), "hybrid", escalation, tracker=recovering, **common
+        ),
+    ]
 
 
 @dataclass

@@ -39,7 +39,6 @@ import numpy.typing as npt
 from bench import harness
 from bench.harness import RESULTS
 from bench.hybrid._hybrid_sim import (
-    RECOVER_IOU,
     TRACKER,
     CloudAnswers,
     EdgeCrops,
@@ -48,6 +47,7 @@ from bench.hybrid._hybrid_sim import (
     SimRun,
     Variant,
     prepare_scene,
+    recovery_variants,
     reported_ids,
     score_run,
     simulate,
@@ -142,25 +142,8 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
             )
         )
     # The tracker's observation-centric recovery (`tracker.recover_iou`), edge only and hybrid.
-    recovering = TRACKER.model_copy(update={"recover_iou": RECOVER_IOU})
-    out.append(
-        Variant(
-            f"edge only, recovery {RECOVER_IOU:g}",
-            "edge",
-            group="tracker",
-            tracker=recovering,
-            **common,
-        )
-    )
-    out.append(
-        Variant(
-            f"hybrid {default_fps:g} f/s, recovery {RECOVER_IOU:g}",
-            "hybrid",
-            _budget(default_fps, video=True),
-            group="tracker",
-            tracker=recovering,
-            **common,
-        )
+    out += recovery_variants(
+        TRACKER, default_fps, _budget(default_fps, video=True), group="tracker", **common
     )
     policy: list[tuple[str, dict[str, Any]]] = [
         ("score >= 0.5", {"signals": {"score_threshold": 0.5}}),

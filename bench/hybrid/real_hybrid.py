@@ -60,7 +60,6 @@ import numpy as np
 from bench.harness import REPO_ROOT, RESULTS
 from bench.hybrid._hybrid_sim import (
     CACHE,
-    RECOVER_IOU,
     CloudAnswers,
     EdgeCrops,
     RunScores,
@@ -71,8 +70,10 @@ from bench.hybrid._hybrid_sim import (
     detection_rows,
     detections_of,
     frame_request,
+    recovery_variants,
     score_run,
     simulate,
+    with_recovery,
 )
 from bench.hybrid.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
 from bench.models.real_footage import cloud_config_on_cpu
@@ -347,17 +348,7 @@ def variants() -> list[Variant]:
             )
         )
     # the tracker's observation-centric recovery (`tracker.recover_iou`), edge only and hybrid
-    recovering = TRACKER.model_copy(update={"recover_iou": RECOVER_IOU})
-    out.append(Variant(f"edge only, recovery {RECOVER_IOU:g}", "edge", tracker=recovering))
-    out.append(
-        Variant(
-            f"hybrid 2 f/s, recovery {RECOVER_IOU:g}",
-            "hybrid",
-            _budget(2.0, video=True),
-            cloud_threshold=0.3,
-            tracker=recovering,
-        )
-    )
+    out += recovery_variants(TRACKER, 2.0, _budget(2.0, video=True), cloud_threshold=0.3)
     out.append(Variant("oracle 2 f/s", "hybrid", _budget(2.0, video=True), oracle=True))
     return out
 
@@ -536,9 +527,8 @@ def _leads(
 def _paired() -> tuple[tuple[str, str], ...]:
     """Rows told apart from the one they change, `(without, with)`: the tracker's recovery,
     edge only and the default hybrid."""
-    with_recovery = f", recovery {RECOVER_IOU:g}"
     default = _compared()[2]
-    return (("edge only", "edge only" + with_recovery), (default, default + with_recovery))
+    return (("edge only", with_recovery("edge only")), (default, with_recovery(default)))
 
 
 def _differences(
