@@ -771,21 +771,20 @@ def main(argv: list[str] | None = None) -> int:
         f"(street classes). "
         f"Wall time {time.perf_counter() - started:.0f} s."
     )  # fmt: skip
-    document = "\n\n".join(
-        [
-            f"# Hybrid trade-off on real footage\n\n`{command}`\n\n{settings}",
-            "**Against the hand-verified truth** (escalated frames / uplink KB/s / its share of "
-            "the camera's own H.264 stream / mAP50 / "
-            "person F1 / vehicle F1)",
-            "\n".join(lines),
-            gap_lines(gaps),
-            interval_lines(intervals),
-            difference_lines(differences),
-            "**Against the cloud engine's own boxes** (the former reference; cloud-only is near "
-            "1 by construction)",
-            "\n".join(reference_lines),
-        ]
-    )
+    parts = [
+        f"# Hybrid trade-off on real footage\n\n`{command}`\n\n{settings}",
+        "**Against the hand-verified truth** (escalated frames / uplink KB/s / its share of "
+        "the camera's own H.264 stream / mAP50 / "
+        "person F1 / vehicle F1)",
+        "\n".join(lines),
+        gap_lines(gaps),
+        interval_lines(intervals),
+        difference_lines(differences),
+        "**Against the cloud engine's own boxes** (the former reference; cloud-only is near "
+        "1 by construction)",
+        "\n".join(reference_lines),
+    ]
+    document = "\n\n".join(part for part in parts if part)  # a line with nothing to say: none
     print(document)
     if out_dir is None:
         return 0
