@@ -487,12 +487,8 @@ def _intervals(
     default hybrid minus the edge per clip, per metric; {} unless the three variants ran on
     every clip with truth."""
     edge, cloud, hybrid = compared
-    frames = {
-        clip: {name: by_variant[name] for name in compared}
-        for clip, by_variant in per_frame.items()
-        if all(name in by_variant for name in compared)
-    }
-    if not frames or len(frames) != len(per_frame):
+    frames = _on_every_clip(per_frame, compared)
+    if frames is None:
         return {}
 
     def mean(summed: Summed, variant: str, key: str) -> float:
@@ -539,14 +535,24 @@ def _differences(
     intervals of with minus without per clip and metric (the same draws as `_intervals`)."""
     out: dict[str, Any] = {}
     for base, other in pairs:
-        frames = {
-            clip: {base: by_variant[base], other: by_variant[other]}
-            for clip, by_variant in per_frame.items()
-            if base in by_variant and other in by_variant
-        }
-        if frames and len(frames) == len(per_frame):
+        frames = _on_every_clip(per_frame, (base, other))
+        if frames is not None:
             out[f"{other} - {base}"] = _leads(frames, base, other)
     return out
+
+
+def _on_every_clip(
+    per_frame: Mapping[str, Mapping[str, Sequence[FrameTallies]]], names: Sequence[str]
+) -> dict[str, dict[str, Sequence[FrameTallies]]] | None:
+    """`per_frame` (clip -> variant -> frames) cut to the variants `names`, or None unless
+    every one of them ran on every clip with truth (a draw on part of the clips would compare
+    other means)."""
+    frames = {
+        clip: {name: by_variant[name] for name in names}
+        for clip, by_variant in per_frame.items()
+        if all(name in by_variant for name in names)
+    }
+    return frames if frames and len(frames) == len(per_frame) else None
 
 
 _NAMES = {"map50": "mAP50", "f1_person": "person F1", "f1_vehicles": "vehicle F1"}
