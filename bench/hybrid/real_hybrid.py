@@ -82,7 +82,7 @@ from bench.models.resample import (
     RESAMPLES,
     FrameTallies,
     Summed,
-    bootstrap,
+    bootstrap_all,
     frame_tallies,
     summed,
 )
@@ -501,7 +501,10 @@ def _intervals(
         "variant": hybrid,
         "level": LEVEL,
         "resamples": RESAMPLES,
-        "gap_closed": {key: bootstrap(frames, gap(key)).as_dict() for key in METRICS},
+        "gap_closed": {
+            key: drawn.as_dict()
+            for key, drawn in bootstrap_all(frames, {key: gap(key) for key in METRICS}).items()
+        },
         "hybrid_minus_edge": _leads(frames, edge, hybrid),
     }
 
@@ -514,10 +517,10 @@ def _leads(
     frames: Mapping[str, Mapping[str, Sequence[FrameTallies]]], base: str, other: str
 ) -> dict[str, dict[str, Any]]:
     """Per clip and metric, the 90 % bootstrap interval of `other` minus `base`."""
-    return {
-        clip: {key: bootstrap(frames, _lead(clip, key, base, other)).as_dict() for key in METRICS}
-        for clip in frames
-    }
+    drawn = bootstrap_all(
+        frames, {(clip, key): _lead(clip, key, base, other) for clip in frames for key in METRICS}
+    )
+    return {clip: {key: drawn[clip, key].as_dict() for key in METRICS} for clip in frames}
 
 
 def _paired() -> tuple[tuple[str, str], ...]:

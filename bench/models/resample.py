@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,7 @@ FrameTallies = Mapping[str, Tally]
 Summed = Mapping[str, Mapping[str, Mapping[str, Tally]]]
 """clip -> variant -> class group -> the tally over the drawn frames."""
 Statistic = Callable[[Summed], float]
+K = TypeVar("K")
 
 RESAMPLES = 1000
 LEVEL = 0.9
@@ -72,10 +74,25 @@ def bootstrap(
     level: float = LEVEL,
     seed: int = 0,
 ) -> Interval:
-    """The `level` percentile interval of `statistic` over `resamples` paired draws.
+    """The `level` percentile interval of `statistic` over `resamples` paired draws
+    (`bootstrap_all` of one statistic)."""
+    return bootstrap_all(frames, {0: statistic}, resamples=resamples, level=level, seed=seed)[0]
+
+
+def bootstrap_all(
+    frames: Mapping[str, Mapping[str, Sequence[FrameTallies]]],
+    statistics: Mapping[K, Statistic],
+    *,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> dict[K, Interval]:
+    """Per statistic, the `level` percentile interval over `resamples` paired draws; every
+    statistic is taken on the same draws, whose tallies are summed once each.
 
     `frames`: clip -> variant -> per-frame tallies, every variant of a clip on the same frames
-    in the same order.
+    in the same order. The draws depend only on `seed` and the clips' frame counts, so calls
+    with the same seed on the same clips draw the same frames.
     """
     _check(resamples, level)
     sizes = {}
@@ -87,7 +104,7 @@ def bootstrap(
         if sizes[clip] == 0:
             raise ValueError(f"{clip}: no frames to draw from")
     rng = np.random.default_rng(seed)
-    values: list[float] = []
+    values: dict[K, list[float]] = {name: [] for name in statistics}
     for _ in range(resamples):
         draw = {clip: rng.integers(0, n, size=n) for clip, n in sizes.items()}
         totals = {
@@ -97,8 +114,9 @@ def bootstrap(
             }
             for clip, by_variant in frames.items()
         }
-        values.append(statistic(totals))
-    return _interval(values, level)
+        for name, statistic in statistics.items():
+            values[name].append(statistic(totals))
+    return {name: _interval(drawn, level) for name, drawn in values.items()}
 
 
 def scene_bootstrap(

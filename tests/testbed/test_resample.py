@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from bench.models.resample import Summed, bootstrap, frame_tallies, scene_bootstrap
+from bench.models.resample import (
+    Summed,
+    bootstrap,
+    bootstrap_all,
+    frame_tallies,
+    scene_bootstrap,
+)
 from bench.models.truth import ClipTruth, TruthBox, score_frames
 from detection.detections import Detections
 
@@ -94,6 +100,24 @@ def test_the_interval_is_reproducible_and_widens_with_the_level() -> None:
     assert bootstrap(tallies, stat, resamples=200, seed=3) == first
     wide = bootstrap(tallies, stat, resamples=200, seed=3, level=0.99)
     assert wide.low <= first.low <= first.high <= wide.high
+
+
+def test_statistics_drawn_together_equal_each_drawn_alone() -> None:
+    """`bootstrap_all` sums each draw once for every statistic: the same intervals as one
+    `bootstrap` per statistic with the seed."""
+    truth = _truth(12)
+    tallies = {
+        "t": {
+            "a": frame_tallies(truth, _found(truth, set(range(0, 12, 2))), NAMES),
+            "b": frame_tallies(truth, _found(truth, set(range(0, 12, 3))), NAMES),
+        }
+    }
+    statistics = {"a": lambda s: _f1(s, "a"), "b - a": lambda s: _f1(s, "b") - _f1(s, "a")}
+    together = bootstrap_all(tallies, statistics, resamples=200, seed=5)
+    assert together == {
+        name: bootstrap(tallies, statistic, resamples=200, seed=5)
+        for name, statistic in statistics.items()
+    }
 
 
 def test_an_undefined_statistic_is_counted_not_averaged() -> None:
