@@ -431,8 +431,7 @@ def main_table(summaries: Sequence[Summary]) -> str:
         "|---:|",
     ]
     for s in summaries:
-        gap = cloud.map50 - edge.map50
-        closed = (s.map50 - edge.map50) / gap if gap > 0 else math.nan
+        closed = gap_closed(s.map50, edge.map50, cloud.map50)
         lines.append(
             f"| {_label(s)} | {_pct(s.share)} | {_pct(s.region_share, 0)} "
             f"| {s.kbytes_per_s:.1f} | {_pct(s.camera_share)} "
@@ -485,14 +484,20 @@ def fusion_table(summaries: Sequence[Summary]) -> str:
     return "\n".join(lines)
 
 
+def gap_closed(hybrid: float, edge: float, cloud: float) -> float:
+    """Share of the edge-to-cloud difference the hybrid recovers (NaN when there is none)."""
+    gap = cloud - edge
+    return (hybrid - edge) / gap if gap > 0 and not math.isnan(hybrid) else math.nan
+
+
 def gap_interval(hybrid: Summary, edge: Summary, cloud: Summary) -> Interval:
     """The interval of `hybrid`'s mAP50 gap closed over draws of the scenes (paired: one draw
     picks the same scenes for the three)."""
     h, e, c = (np.asarray([x.scores.map50 for x in s.cells]) for s in (hybrid, edge, cloud))
 
     def closed(draw: npt.NDArray[np.int64]) -> float:
-        gap = float(np.nanmean(c[draw]) - np.nanmean(e[draw]))
-        return float(np.nanmean(h[draw]) - np.nanmean(e[draw])) / gap if gap > 0 else math.nan
+        means = (float(np.nanmean(x[draw])) for x in (h, e, c))
+        return gap_closed(*means)
 
     return scene_bootstrap(len(hybrid.cells), closed)
 
@@ -534,7 +539,6 @@ def verdict(summaries: Sequence[Summary], sure: Interval | None = None) -> str:
         )
     edge = next(s for s in summaries if s.variant.mode == "edge")
     if default is not None:
-        gap = cloud.map50 - edge.map50
         below = [
             f"{d.scene.label} ({d.scores.map50:.4f} < {e.scores.map50:.4f})"
             for d, e in zip(default.cells, edge.cells, strict=True)
@@ -553,7 +557,7 @@ def verdict(summaries: Sequence[Summary], sure: Interval | None = None) -> str:
             f"{_pct(default.camera_share)} of the cameras' own H.264 bytes, "
             f"{_pct(_ratio(default.kbytes_per_s, cloud.kbytes_per_s))} of cloud-only's JPEG "
             "bytes): "
-            f"closes {_pct((default.map50 - edge.map50) / gap if gap > 0 else math.nan, 0)} of "
+            f"closes {_pct(gap_closed(default.map50, edge.map50, cloud.map50), 0)} of "
             f"the edge→cloud mAP50 gap (target >= 50 %); below edge-only on "
             f"{', '.join(below) if below else 'no preset'}; alert recall "
             f"{_f(default.alert_recall, 2)} vs cloud-only {_f(cloud.alert_recall, 2)}; F1 and "
@@ -620,10 +624,9 @@ def plot_uplink(summaries: Sequence[Summary], path: Path, title: str = "") -> No
 
     cloud = next(s for s in summaries if s.variant.mode == "cloud" and not s.variant.stream)
     edge = next(s for s in summaries if s.variant.mode == "edge")
-    gap = cloud.map50 - edge.map50
 
     def closed(s: Summary) -> float:
-        return 100.0 * (s.map50 - edge.map50) / gap if gap > 0 else math.nan
+        return 100.0 * gap_closed(s.map50, edge.map50, cloud.map50)
 
     groups: list[tuple[str, str, str, Callable[[Summary], bool]]] = [
         ("budgets, video uplink", "o-", "tab:blue", lambda s: s.variant.group == "budget"),

@@ -75,7 +75,7 @@ from bench.hybrid._hybrid_sim import (
     simulate,
     with_recovery,
 )
-from bench.hybrid.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number
+from bench.hybrid.hybrid_tradeoff import PREVIOUS_DEFAULTS, _budget, _number, gap_closed
 from bench.models.real_footage import cloud_config_on_cpu
 from bench.models.resample import (
     LEVEL,
@@ -436,12 +436,6 @@ def truth_scores(frames: Sequence[FrameTallies]) -> TruthScores:
         metric(tallies, "f1_vehicles"),
         len(frames),
     )
-
-
-def gap_closed(hybrid: float, edge: float, cloud: float) -> float:
-    """Share of the edge-to-cloud difference the hybrid recovers (NaN when there is none)."""
-    gap = cloud - edge
-    return (hybrid - edge) / gap if gap > 0 and not math.isnan(hybrid) else math.nan
 
 
 def _f(value: float) -> str:
