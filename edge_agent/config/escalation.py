@@ -66,7 +66,8 @@ class VerificationMemoryConfig(StrictModel):
     A busy but settled scene otherwise spends its whole budget re-sending what the cloud
     already confirmed: on the real demo clip every frame scored hard (uncertain people in the
     band, crowding) while the cloud agreed with 99 % of the edge's sure tracks. New, tentative
-    and never-verified tracks, small objects and held tracks stay hard as before.
+    and never-verified tracks and small objects stay hard as before; a held track only the
+    cloud has seen is settled while it stays where the cloud last boxed it.
     """
 
     enabled: bool = Field(
@@ -145,6 +146,17 @@ class VerificationMemoryConfig(StrictModel):
             "An untracked edge box (no confirmed track) overlapping at least this much a box "
             "the edge had on a frame the cloud answered within max_age_s is settled: the cloud "
             "already looked at that very box."
+        ),
+    )
+    cloud_only_still_iou: float | None = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "A held track only the cloud has seen (the edge never detected it) is settled by "
+            "the cloud's last box for it while it stays there (its box overlaps that box at "
+            "least this much): asking again about a still object gets the same answer. One "
+            "that moves, or was never verified, stays hard. null: such tracks are always hard."
         ),
     )
 

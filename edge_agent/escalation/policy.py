@@ -75,11 +75,6 @@ class TrackLike(Protocol):
         """Reported on the cloud's word (a confirmation's hold still running)."""
         ...
 
-    @property
-    def cloud_only(self) -> bool:
-        """Known only from the cloud: the edge never detected it."""
-        ...
-
     def to_xyxy(self) -> npt.NDArray[Any]:
         """The current (predicted or corrected) box."""
         ...
@@ -152,9 +147,10 @@ class FrameSignals:
         the cloud resolved them or is resolving them. An untracked box overlapping one of
         `settled_boxes` (untracked boxes the cloud recently looked at), or with its centre in
         one of `verified_regions` (what recent answers looked at), is settled too. A track
-        held on the cloud's word that the edge never saw stays a signal (too small or faint
-        for the edge: only the cloud keeps it) unless `asked` (on a frame awaiting its answer);
-        one the edge saw and lost is settled while its verification holds.
+        held on the cloud's word is a signal unless settled or `asked` (on a frame awaiting
+        its answer): one the edge saw and lost is settled while its verification holds, one
+        only the cloud ever saw while it stays where the cloud last boxed it
+        (`VerificationMemory`).
         """
         low, high = settings.uncertain_low, settings.uncertain_high
         # Boxes below the uncertain band (the tracker's low-score second pass keeps them) are
@@ -197,15 +193,15 @@ class FrameSignals:
             for t in tracks
             if t.time_since_update == 1 and not t.is_tentative and t.track_id not in settled
         ]
-        # Held on the cloud's word alone: only the cloud sees them, so only it can keep them
-        # (the DDS feedback region: crops go where the last answer found what the edge missed).
+        # Held on the cloud's word: the edge misses them, so only the cloud can keep them (the
+        # DDS feedback region: crops go where the last answer found what the edge missed).
         held = [
             t
             for t in tracks
             if t.time_since_update > 1
             and t.is_held
             and t.track_id not in asked
-            and (t.cloud_only or t.track_id not in settled)
+            and t.track_id not in settled
             and _centre_inside(_track_box(t), frame_width, frame_height)
         ]
         return cls(

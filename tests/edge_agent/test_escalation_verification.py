@@ -32,6 +32,10 @@ class Track:
     is_held: bool = False
     cloud_only: bool = False
 
+    @property
+    def detected(self) -> bool:
+        return not self.cloud_only
+
     def to_xyxy(self) -> npt.NDArray[np.float64]:
         return np.array(self.box, dtype=np.float64)
 
@@ -199,22 +203,53 @@ def test_small_objects_can_be_kept_hard() -> None:
     assert asked.small_objects == ()
 
 
-def test_a_held_track_the_edge_never_saw_stays_hard() -> None:
-    config = EscalationConfig()
+def _held_signals(memory: VerificationMemory, tracks: list[Track], frame: int) -> tuple[Box, ...]:
+    settings = SignalSettings.from_config(EscalationConfig())
+    settled = memory.settled(tracks, frame)
+    empty = _frame([], [], [])
+    signals = FrameSignals.from_frame(empty, tracks, 640, 480, settings, settled=settled)
+    return signals.held_tracks
+
+
+def test_a_held_track_the_edge_never_saw_is_hard_until_the_cloud_verified_it_there() -> None:
+    memory = _memory()
     seen = Track(1, A, time_since_update=3, is_held=True)
     cloud_only = Track(2, B, time_since_update=3, is_held=True, cloud_only=True)
-    empty = _frame([], [], [])
-    signals = FrameSignals.from_frame(
-        empty, [seen, cloud_only], 640, 480, SignalSettings.from_config(config), settled={1, 2}
+    # The answer that started the cloud-only track did not verify it: only the cloud keeps it,
+    # so only asking again keeps it.
+    memory.record([seen], {1}, frame_index=0)
+    assert _held_signals(memory, [seen, cloud_only], 1) == (B,)
+    # The next answer returned a box for it where it was: asking again about a still object
+    # gets the same answer (a sign post the cloud takes for a person was sent every third
+    # frame of the busy real demo clip, a quarter of its escalations).
+    memory.record([seen, cloud_only], {1, 2}, frame_index=1)
+    assert _held_signals(memory, [seen, cloud_only], 2) == ()
+    # It moved off the box the cloud verified: where it is now is the cloud's to say.
+    moved = Track(
+        2, (320.0, 100.0, 360.0, 200.0), time_since_update=3, is_held=True, cloud_only=True
     )
-    assert signals.held_tracks == (B,)
+    assert _held_signals(memory, [seen, moved], 3) == (moved.box,)
+    # ... and their verifications grow old as any other.
+    assert _held_signals(memory, [seen, cloud_only], 1 + 5 * int(FPS) + 1) == (A, B)
+
+
+def test_cloud_only_tracks_can_stay_hard_as_before() -> None:
+    memory = _memory(cloud_only_still_iou=None)
+    cloud_only = Track(2, B, time_since_update=3, is_held=True, cloud_only=True)
+    memory.record([cloud_only], {2}, frame_index=0)
+    assert memory.settled([cloud_only], 1) == frozenset()
+    assert _held_signals(memory, [cloud_only], 1) == (B,)
+
+
+def test_a_held_track_on_a_frame_awaiting_its_answer_is_not_hard() -> None:
+    config = EscalationConfig()
+    cloud_only = Track(2, B, time_since_update=3, is_held=True, cloud_only=True)
     asked = FrameSignals.from_frame(
-        empty,
-        [seen, cloud_only],
+        _frame([], [], []),
+        [cloud_only],
         640,
         480,
         SignalSettings.from_config(config),
-        settled={1, 2},
         asked={2},
     )
     assert asked.held_tracks == ()

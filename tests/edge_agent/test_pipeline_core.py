@@ -18,7 +18,7 @@ from edge_agent.config.tracker import TrackerConfig
 from edge_agent.escalation import EscalationDecision, EscalationPolicy, FrameSignals, SignalSettings
 from edge_agent.pipeline import CameraPipeline, EdgeAgent
 from edge_agent.tracking import CameraTracker, NoEmbedder
-from edge_agent.tracking.fusion import FusionSettings
+from edge_agent.tracking.fusion import CloudTrust, FusionSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGE = np.zeros((200, 200, 3), np.uint8)
@@ -270,3 +270,48 @@ def test_an_object_only_the_cloud_sees_is_followed_by_optical_flow() -> None:
         out = pipeline.process(scene(index), Detections.empty()).detections
         assert len(out) == 1 and out.tracker_id[0] >= 0  # reported on the cloud's word
         assert float(out.xyxy[0, 0]) == pytest.approx(40 + 4 * index, abs=0.5)
+
+
+@pytest.mark.parametrize(("still_iou", "sends"), [(0.5, range(1, 2)), (None, range(15, 31))])
+def test_a_still_object_only_the_cloud_sees_is_not_asked_about_again_and_again(
+    still_iou: float | None, sends: range
+) -> None:
+    # The busy real demo clip: the cloud takes a sign post for a person, the edge never sees
+    # it, and its held track made every third frame hard (a quarter of the escalations).
+    import cv2
+
+    noise = np.random.default_rng(3).integers(0, 256, (40, 40), dtype=np.uint8)
+    image = np.zeros((200, 240, 3), np.uint8)
+    image[80:120, 140:180] = cv2.GaussianBlur(noise, (5, 5), 1.5)[..., None]
+    sign = Detections(np.array([[140.0, 80.0, 180.0, 120.0]]), np.array([0.6]), np.array([0]))
+    now = [0.0]
+    config = EscalationConfig.model_validate({
+        "per_camera_frames_per_s": 10.0, "per_agent_frames_per_s": 10.0,
+        "refresh_interval_s": 0.0,
+        "signals": {"verification": {"cloud_only_still_iou": still_iou}},
+    })  # fmt: skip
+    policy = EscalationPolicy.from_config(config, lambda: now[0])
+    pipeline = CameraPipeline(
+        _camera(zones=[], rules=[]), _tracker(), ["person"],
+        fusion=FusionSettings.from_config(config.fusion, 10.0), escalator=policy,
+    )  # fmt: skip
+    pipeline.cloud_trust = CloudTrust(checked=100, seen=100)  # it agreed on the edge's tracks
+    pipeline.escalator = SendFrames({0})  # the refresh that finds it
+
+    def frame(index: int) -> CapturedFrame:
+        return CapturedFrame("cam", index, 100.0 + index / 10.0, index / 10.0, image)
+
+    pipeline.process(frame(0), Detections.empty())  # the edge sees nothing
+    assert (result := pipeline.fuse(0, sign)) is not None and result.created == 1
+    pipeline.escalator = policy
+    sent = 0
+    for index in range(1, 61):  # 6 s at 10 frames/s, each answer fused at once
+        now[0] = index / 10.0
+        outcome = pipeline.process(frame(index), Detections.empty())
+        if outcome.escalated:
+            assert outcome.decision is not None and outcome.decision.reasons == ("held_track",)
+            sent += 1
+            pipeline.fuse(index, sign)
+    # Once the cloud answered that it is still there, asking again asks the same; without
+    # that, each answer holds it again and it is sent for as long as it is held.
+    assert sent in sends
