@@ -183,6 +183,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("refine <= 32 px", {"focus": {"refine_max_px": 32}}),
         ("refine <= 64 px", {"focus": {"refine_max_px": 64}}),
         ("focus off", {"focus": {"enabled": False}}),
+        ("1 focus crop", {"focus": {"max_crops": 1}}),  # a loaded box (FocusBudget)
         ("4 focus crops", {"focus": {"max_crops": 4}}),
         ("8 focus crops", {"focus": {"max_crops": 8}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),

@@ -312,6 +312,7 @@ def variants() -> list[Variant]:
     out.append(Variant("hybrid 2 f/s, JPEG uplink", "hybrid", _budget(2.0), cloud_threshold=0.3))
     what: list[tuple[float, str, dict[str, Any]]] = [
         (2.0, "focus off", {"focus": {"enabled": False}}),
+        (2.0, "1 focus crop", {"focus": {"max_crops": 1}}),  # a loaded box (FocusBudget)
         (2.0, "held score kept", {"fusion": {"hold_half_life_ms": None}}),
         (2.0, "cloud hints off", {"focus": {"cloud_hints": False}}),
         (2.0, "relabel off", {"fusion": {"relabel": False}}),
