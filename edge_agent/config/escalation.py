@@ -551,6 +551,18 @@ class FocusConfig(StrictModel):
     crop_px: int = Field(
         default=160, ge=32, le=4096, description="Side of a crop in source pixels (at least)."
     )
+    mosaic: int = Field(
+        default=2,
+        ge=1,
+        le=4,
+        description=(
+            "Most crops a side of one detector run when the frame period has no room to run "
+            "each crop alone: 2 packs up to four as one 2x2 mosaic at the model's input size "
+            "(each scaled to fit a quarter of it), so a box with time for one more run a frame "
+            "still looks at four; with room, each runs alone, upscaled to the whole input. 1: "
+            "never packed."
+        ),
+    )
     max_object_px: int = Field(
         default=96,
         ge=1,

@@ -42,6 +42,7 @@ from edge_agent.pipeline.discovery import HomeAssistantLink
 from edge_agent.pipeline.escalation import EscalationStage
 from edge_agent.pipeline.focus import detect_crops
 from edge_agent.pipeline.model_swap import ModelIdentity, Probation, load_detector, prepare_detector
+from edge_agent.pipeline.mosaic import runs_for
 from edge_agent.pipeline.pace import FocusBudget
 from edge_agent.pipeline.reload import ReloadPlan, ReloadRefused, plan_reload
 from edge_agent.pipeline.status import CameraStatus
@@ -114,6 +115,7 @@ class EdgeAgent:
         self._wake = threading.Event()
         # focus crops only in the time the frame period leaves (pipeline.pace)
         self.focus_budget = FocusBudget()
+        self._focus_side = 1  # crops a side of one detector run in the last step
         self._changes: queue.SimpleQueue[_StateChange] = queue.SimpleQueue()
         self._embedder = embedder if embedder is not None else build_embedder(config.tracker)
         self.identify: ModelIdentifier = ModelIdentity.of
@@ -333,7 +335,8 @@ class EdgeAgent:
             for hook in self.hooks:
                 hook(outcome)
         crops = sum(len(found) for found in focus.values())
-        self.focus_budget.observe(time.perf_counter() - entered, focus_s, crops)
+        runs = runs_for(crops, self._focus_side)
+        self.focus_budget.observe(time.perf_counter() - entered, focus_s, runs)
         return len(batch)
 
     # ---- reload ----------------------------------------------------------------------------
@@ -484,11 +487,15 @@ class EdgeAgent:
         in one batch, as many as fit in the frame period (`FocusBudget`); the crops' boxes per
         camera, in crop pixels."""
         planned = [(w.name, f.image, tile) for w, f in batch for tile in w.focus_tiles(f)]
+        side = 1
         if planned:
             period_s = min(1.0 / w.config.target_fps for w, _ in batch)
-            planned = planned[: self.focus_budget.allowed(period_s, len(planned))]
+            most = self.config.escalation.focus.mosaic
+            side, granted = self.focus_budget.allowed(period_s, len(planned), most)
+            planned = planned[:granted]
+        self._focus_side = side
         try:
-            return detect_crops(self.detector, planned)
+            return detect_crops(self.detector, planned, side)
         except DetectionError as exc:  # the frames' own detections still count
             logger.error("detector failed on %d focus crop(s): %s", len(planned), exc)
             return {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +26,7 @@ from detection.slicing import (
     tile_to_frame,
 )
 from edge_agent.config.escalation import FocusConfig
+from edge_agent.pipeline.mosaic import InputSizedDetector, detect_packed
 from edge_agent.tracking.cloud_evidence import CloudTrack
 from edge_agent.tracking.fusion import CloudHint
 
@@ -134,22 +134,18 @@ def _tile_around(box: FloatArray, crop_px: int, width: int, height: int) -> Tile
     )
 
 
-class BatchDetector(Protocol):
-    """What runs the edge model on a batch of images (`detection.detector.Detector`)."""
-
-    def detect(self, images: Sequence[npt.NDArray[np.uint8]]) -> list[Detections]:
-        """One `Detections` per image, boxes in that image's pixels."""
-        ...
-
-
 def detect_crops(
-    detector: BatchDetector, planned: Sequence[tuple[str, npt.NDArray[np.uint8], Tile]]
+    detector: InputSizedDetector,
+    planned: Sequence[tuple[str, npt.NDArray[np.uint8], Tile]],
+    per_side: int = 1,
 ) -> dict[str, list[tuple[Tile, Detections]]]:
-    """Run `detector` once on every planned crop `(camera, frame image, tile)`; the crops'
-    boxes (crop pixels) per camera, in plan order."""
+    """Run `detector` on every planned crop `(camera, frame image, tile)`, `per_side` x
+    `per_side` crops a run (`edge_agent.pipeline.mosaic`; 1: each crop alone); the crops' boxes
+    (crop pixels) per camera, in plan order."""
     if not planned:
         return {}
-    found = detector.detect([np.ascontiguousarray(tile.crop(image)) for _, image, tile in planned])
+    crops = [np.ascontiguousarray(tile.crop(image)) for _, image, tile in planned]
+    found = detect_packed(detector, crops, per_side)
     out: dict[str, list[tuple[Tile, Detections]]] = {}
     for (camera, _, tile), boxes in zip(planned, found, strict=True):
         out.setdefault(camera, []).append((tile, boxes))

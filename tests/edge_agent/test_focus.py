@@ -154,14 +154,22 @@ def test_a_crop_finds_the_small_real_people_the_whole_frame_misses(
         confidence_threshold=0.35,
         classes=["person"],
     )
+    others = [Tile(x, 0, 200, 200, True, False, True, True) for x in (0, 300, 600)]  # empty
     with Detector.from_config(config) as detector:
         (whole,) = detector.detect([frame])
         found = detect_crops(detector, [("cam", frame, tile)])
+        # the same crop sharing one detector run with three others, each in a quarter of the
+        # input (160x208: the 200 px crop at 0.8 of its size, people ~40 px)
+        packed = detect_crops(
+            detector, [("a", frame, t) for t in others] + [("cam", frame, tile)], 2
+        )
     assert len(whole) == 0
-    ((crop_tile, boxes),) = found["cam"]
-    assert crop_tile == tile and len(boxes) >= 2
-    in_frame = boxes.xyxy + np.array([tile.x0, tile.y0, tile.x0, tile.y0])
-    assert np.all((in_frame[:, 0] >= 890) & (in_frame[:, 2] <= 1015))  # on the shrunk bus
+    for result in (found, packed):
+        ((crop_tile, boxes),) = result["cam"]
+        assert crop_tile == tile and len(boxes) >= 2
+        in_frame = boxes.xyxy + np.array([tile.x0, tile.y0, tile.x0, tile.y0])
+        assert np.all((in_frame[:, 0] >= 890) & (in_frame[:, 2] <= 1015))  # on the shrunk bus
+    assert [len(boxes) for _, boxes in packed["a"]] == [0, 0, 0]
 
 
 def test_small_cloud_hints_no_track_covers_get_a_crop_but_are_not_followed() -> None:

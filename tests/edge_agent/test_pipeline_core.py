@@ -315,3 +315,49 @@ def test_a_still_object_only_the_cloud_sees_is_not_asked_about_again_and_again(
     # Once the cloud answered that it is still there, asking again asks the same; without
     # that, each answer holds it again and it is sent for as long as it is held.
     assert sent in sends
+
+
+@pytest.mark.parametrize(
+    ("mosaic", "rest", "run", "side", "crops"),
+    [(1, 0.6, 0.3, 1, [1]), (2, 0.6, 0.3, 2, [4]), (2, 0.0, 0.1, 1, [6])],
+    ids=["never-packed", "packed-to-fit", "room-for-each-alone"],
+)
+def test_the_agent_packs_the_focus_crops_only_to_fit_its_frame_period(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mosaic: int,
+    rest: float,
+    run: float,
+    side: int,
+    crops: list[int],
+) -> None:
+    import edge_agent.pipeline.agent as agent_module
+    from detection.slicing import Tile
+
+    document = _agent_document(tmp_path)
+    document["escalation"] = {
+        "enabled": True, "cloud_address": "127.0.0.1:9", "focus": {"mosaic": mosaic},
+    }  # fmt: skip
+    agent = EdgeAgent.from_config(EdgeAgentConfig.model_validate(document))
+    try:
+        worker = agent.workers[0]
+        period_s = 1.0 / worker.config.target_fps
+        # the rest of a step takes `rest` of the period and a detector run on crops `run`:
+        # room for one run (of six crops planned), or for ten
+        step_s, run_s = rest * period_s, run * period_s
+        agent.focus_budget.observe(step_s=step_s + run_s, focus_s=run_s, runs=1)
+        tile = Tile(0, 0, 32, 32, False, False, True, True)
+        monkeypatch.setattr(worker, "focus_tiles", lambda frame: [tile] * 6)
+        ran: list[int] = []
+
+        def detect_crops(detector: object, planned: list[object], per_side: int) -> dict[str, Any]:
+            assert per_side == side
+            ran.append(len(planned))
+            return {}
+
+        monkeypatch.setattr(agent_module, "detect_crops", detect_crops)
+        agent._detect_focus([(worker, CapturedFrame("cam", 0, 0.0, 0.0, IMAGE))])
+        assert ran == crops  # one run: one crop alone or four in a mosaic; or six runs
+        assert agent.focus_budget.skipped == 6 - crops[0]
+    finally:
+        agent.close(flush_timeout_s=0.1)
