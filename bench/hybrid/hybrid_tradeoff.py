@@ -46,6 +46,7 @@ from bench.hybrid._hybrid_sim import (
     SceneData,
     SimRun,
     Variant,
+    focus_run_variants,
     prepare_scene,
     recovery_variants,
     reported_ids,
@@ -183,7 +184,6 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
         ("refine <= 32 px", {"focus": {"refine_max_px": 32}}),
         ("refine <= 64 px", {"focus": {"refine_max_px": 64}}),
         ("focus off", {"focus": {"enabled": False}}),
-        ("1 focus crop", {"focus": {"max_crops": 1}}),  # a loaded box (FocusBudget)
         ("4 focus crops", {"focus": {"max_crops": 4}}),
         ("8 focus crops", {"focus": {"max_crops": 8}}),
         ("focus follow-only", {"focus": {"new_object_min_score": 1.0}}),
@@ -205,6 +205,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
                 **common,
             )
         )
+    out += focus_run_variants(default_fps, _budget(default_fps), group="policy", **common)
     out.append(
         Variant(
             "hybrid 4 f/s, focus off",

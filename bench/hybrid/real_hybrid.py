@@ -69,6 +69,7 @@ from bench.hybrid._hybrid_sim import (
     confirmed,
     detection_rows,
     detections_of,
+    focus_run_variants,
     frame_request,
     recovery_variants,
     score_run,
@@ -312,7 +313,6 @@ def variants() -> list[Variant]:
     out.append(Variant("hybrid 2 f/s, JPEG uplink", "hybrid", _budget(2.0), cloud_threshold=0.3))
     what: list[tuple[float, str, dict[str, Any]]] = [
         (2.0, "focus off", {"focus": {"enabled": False}}),
-        (2.0, "1 focus crop", {"focus": {"max_crops": 1}}),  # a loaded box (FocusBudget)
         (2.0, "held score kept", {"fusion": {"hold_half_life_ms": None}}),
         (2.0, "cloud hints off", {"focus": {"cloud_hints": False}}),
         (2.0, "relabel off", {"fusion": {"relabel": False}}),
@@ -348,6 +348,7 @@ def variants() -> list[Variant]:
                 cloud_threshold=0.3,
             )
         )
+    out += focus_run_variants(2.0, _budget(2.0), cloud_threshold=0.3)
     # the tracker's observation-centric recovery (`tracker.recover_iou`), edge only and hybrid
     out += recovery_variants(TRACKER, 2.0, _budget(2.0, video=True), cloud_threshold=0.3)
     out.append(Variant("oracle 2 f/s", "hybrid", _budget(2.0, video=True), oracle=True))
