@@ -545,7 +545,8 @@ class FocusConfig(StrictModel):
         ge=1,
         le=32,
         description=(
-            "Crops per camera and frame; each is one more detector input, batched with the frames."
+            "Crops per camera and frame, batched with the frames; each is one more detector "
+            "input, or a share of one when the frame period is short (see mosaic)."
         ),
     )
     crop_px: int = Field(
