@@ -23,7 +23,7 @@ from edge_agent.config.escalation import (
     RegionEscalationConfig,
 )
 from edge_agent.escalation.budget import EscalationBudget
-from edge_agent.escalation.roi import Box, box_area, regions_for
+from edge_agent.escalation.roi import Box, box_area, box_of, regions_for
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class FrameSignals:
             and t.is_held
             and t.track_id not in asked
             and t.track_id not in settled
-            and _centre_inside(_track_box(t), frame_width, frame_height)
+            and _centre_inside(box_of(t.to_xyxy()), frame_width, frame_height)
         ]
         return cls(
             frame_width=frame_width,
@@ -212,10 +212,10 @@ class FrameSignals:
             small_objects=_boxes(xyxy[small]),
             crowded=_boxes(xyxy[crowded]),
             max_iou=float(best_iou.max()) if len(best_iou) else 0.0,
-            new_tracks=tuple(_track_box(t) for t in new),
-            tentative_tracks=tuple(_track_box(t) for t in tentative),
-            lost_tracks=tuple(_track_box(t) for t in lost),
-            held_tracks=tuple(_track_box(t) for t in held),
+            new_tracks=tuple(box_of(t.to_xyxy()) for t in new),
+            tentative_tracks=tuple(box_of(t.to_xyxy()) for t in tentative),
+            lost_tracks=tuple(box_of(t.to_xyxy()) for t in lost),
+            held_tracks=tuple(box_of(t.to_xyxy()) for t in held),
             motion_score=motion_score,
         )
 
@@ -261,11 +261,6 @@ def _boxes(xyxy: npt.NDArray[np.float64]) -> tuple[Box, ...]:
 def _centre_inside(box: Box, width: int, height: int) -> bool:
     cx, cy = (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0
     return 0.0 <= cx <= width and 0.0 <= cy <= height
-
-
-def _track_box(track: TrackLike) -> Box:
-    b = np.asarray(track.to_xyxy(), dtype=np.float64).reshape(4)
-    return (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
 
 
 def _max_iou_per_box(xyxy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -5,8 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy as np
+import numpy.typing as npt
+
 Box = tuple[float, float, float, float]
 """`(x1, y1, x2, y2)` in source-frame pixels."""
+
+
+def box_of(xyxy: npt.ArrayLike) -> Box:
+    """`xyxy` (any four numbers, e.g. a track's `to_xyxy()`) as a `Box`."""
+    x1, y1, x2, y2 = (float(v) for v in np.asarray(xyxy, dtype=np.float64).reshape(4))
+    return x1, y1, x2, y2
 
 
 def box_area(box: Box) -> float:

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from detection.nms import box_iou
 from edge_agent.config.escalation import VerificationMemoryConfig
+from edge_agent.escalation.roi import box_of, iou
 
 Box = tuple[float, float, float, float]
 PENDING_KEPT = 256  # escalated frames awaiting an answer (as the pipeline's ESCALATED_KEPT)
@@ -132,7 +132,7 @@ class VerificationMemory:
                     score=float(track.last_score),
                     area=float(areas[i]),
                     overlap=float(overlaps[i]),
-                    box=_box(track),
+                    box=box_of(track.to_xyxy()),
                 )
 
     def sent(
@@ -240,7 +240,7 @@ class VerificationMemory:
             return False  # class doubt
         if not track.detected:  # only the cloud sees it: settled while it stays where it was
             still = config.cloud_only_still_iou
-            return still is not None and _iou(_box(track), state.box) >= still
+            return still is not None and iou(box_of(track.to_xyxy()), state.box) >= still
         if track.time_since_update > 0:
             return True  # no edge box to compare: a prediction's size and overlap say nothing
         if track.last_score < state.score - config.score_drop:
@@ -256,15 +256,6 @@ class VerificationMemory:
         self._pending.clear()
         self._boxes.clear()
         self._regions.clear()
-
-
-def _box(track: VerifiableTrack) -> Box:
-    x1, y1, x2, y2 = (float(v) for v in np.asarray(track.to_xyxy(), dtype=np.float64).reshape(4))
-    return x1, y1, x2, y2
-
-
-def _iou(a: Box, b: Box) -> float:
-    return float(box_iou(np.array([a], np.float32), np.array([b], np.float32))[0, 0])
 
 
 def _centre_inside(box: Box, regions: Sequence[Box]) -> bool:
