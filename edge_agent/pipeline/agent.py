@@ -115,7 +115,6 @@ class EdgeAgent:
         self._wake = threading.Event()
         # focus crops only in the time the frame period leaves (pipeline.pace)
         self.focus_budget = FocusBudget()
-        self._focus_side = 1  # crops a side of one detector run in the last step
         self._changes: queue.SimpleQueue[_StateChange] = queue.SimpleQueue()
         self._embedder = embedder if embedder is not None else build_embedder(config.tracker)
         self.identify: ModelIdentifier = ModelIdentity.of
@@ -314,7 +313,7 @@ class EdgeAgent:
         if self.telemetry is not None:
             self.telemetry.on_batch(len(batch), detect_s)
         focus_started = time.perf_counter()
-        focus = self._detect_focus(batch)
+        focus, runs = self._detect_focus(batch)
         focus_s = time.perf_counter() - focus_started
         for (worker, frame), detections in zip(batch, results, strict=True):
             try:
@@ -334,8 +333,6 @@ class EdgeAgent:
                 self.escalation.submit(worker.name, frame, decision)
             for hook in self.hooks:
                 hook(outcome)
-        crops = sum(len(found) for found in focus.values())
-        runs = runs_for(crops, self._focus_side)
         self.focus_budget.observe(time.perf_counter() - entered, focus_s, runs)
         return len(batch)
 
@@ -482,10 +479,10 @@ class EdgeAgent:
 
     def _detect_focus(
         self, batch: list[tuple[CameraWorker, CapturedFrame]]
-    ) -> dict[str, list[tuple[Tile, Detections]]]:
+    ) -> tuple[dict[str, list[tuple[Tile, Detections]]], int]:
         """The detector on every camera's focus crops (small tracks the cloud vouched for),
-        in one batch, as many as fit in the frame period (`FocusBudget`); the crops' boxes per
-        camera, in crop pixels."""
+        in one batch, as many as fit in the frame period (`FocusBudget`): the crops' boxes per
+        camera, in crop pixels, and the detector runs they took (0 when the detector failed)."""
         planned = [(w.name, f.image, tile) for w, f in batch for tile in w.focus_tiles(f)]
         side = 1
         if planned:
@@ -493,12 +490,11 @@ class EdgeAgent:
             most = self.config.escalation.focus.mosaic
             side, granted = self.focus_budget.allowed(period_s, len(planned), most)
             planned = planned[:granted]
-        self._focus_side = side
         try:
-            return detect_crops(self.detector, planned, side)
+            return detect_crops(self.detector, planned, side), runs_for(len(planned), side)
         except DetectionError as exc:  # the frames' own detections still count
             logger.error("detector failed on %d focus crop(s): %s", len(planned), exc)
-            return {}
+            return {}, 0
 
     def _fuse_answers(self) -> None:
         if self.escalation is None:
