@@ -159,6 +159,16 @@ class VerificationMemoryConfig(StrictModel):
             "that moves, or was never verified, stays hard. null: such tracks are always hard."
         ),
     )
+    second_box_waits: bool = Field(
+        default=True,
+        description=(
+            "A track started on top of a settled track the edge still sees (IoU at least "
+            "signals.crowding_iou) is no signal on its first frame: most such boxes are a "
+            "second box on one object, gone on the next frame; a real second object is a "
+            "signal from its next frame on (its crowding, its uncertain score). false: it is "
+            "a new track like any other."
+        ),
+    )
 
 
 class EscalationSignalsConfig(StrictModel):

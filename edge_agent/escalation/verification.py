@@ -16,6 +16,9 @@ box for it, it is settled while it stays there (`cloud_only_still_iou`): on the 
 clip the cloud took a sign post for a person, and asking about it every third frame made a
 quarter of the escalations, each answer the same.
 
+A track started on top of a settled track the edge still sees waits a frame before it is a
+signal (`second_box_waits`, applied by the policy): most are a second box on one person.
+
 Pure: frame indices come in from the caller (the camera's tracker frame index), no clock, no I/O.
 """
 

@@ -253,3 +253,39 @@ def test_a_held_track_on_a_frame_awaiting_its_answer_is_not_hard() -> None:
         asked={2},
     )
     assert asked.held_tracks == ()
+
+
+def test_a_track_born_on_a_settled_one_waits_a_frame() -> None:
+    """A second box on a verified person (the busy real demo clip: most are gone a frame later)
+    is no signal on its first frame; a real second person is one from the next."""
+    seen = Track(1, A, last_score=0.9)
+    second = Track(2, (110.0, 100.0, 150.0, 200.0), age=1, is_tentative=True)  # IoU 0.6
+    elsewhere = Track(3, B, age=1, is_tentative=True)
+
+    def signals(
+        *tracks: Track, waits: bool = True, settled: frozenset[int] = frozenset({1})
+    ) -> FrameSignals:
+        config = EscalationConfig.model_validate(
+            {"signals": {"verification": {"second_box_waits": waits}}}
+        )
+        frame = _frame(
+            list(tracks), [0.9] + [0.5] * (len(tracks) - 1), [t.track_id for t in tracks]
+        )
+        return FrameSignals.from_frame(
+            frame, list(tracks), 640, 480, SignalSettings.from_config(config), settled=settled
+        )
+
+    first = signals(seen, second, elsewhere)
+    assert first.new_tracks == (B,)  # only the one away from the settled track
+    assert first.crowded == () and first.uncertain == (B,)
+    # still there a frame later: its doubts are signals (new to the memory, not settled)
+    later = Track(2, second.box, age=2)
+    assert signals(seen, later).crowded == (later.box,)
+    assert signals(seen, later).uncertain == (later.box,)
+    # off: a new track like any other
+    off = signals(seen, second, waits=False)
+    assert off.new_tracks == (second.box,) and off.crowded == (second.box,)
+    # the track below it is not settled, or not seen on this frame: no reason to wait
+    assert signals(seen, second, settled=frozenset()).new_tracks == (second.box,)
+    lost = Track(1, A, time_since_update=1)
+    assert signals(lost, second).new_tracks == (second.box,)
