@@ -126,6 +126,7 @@ def variants(rtt_frames: int, cloud_threshold: float) -> list[Variant]:
     uplinks: list[tuple[str, dict[str, Any]]] = [
         ("JPEG uplink", {"uplink": {"codec": "jpeg"}}),
         ("verification memory off", {"signals": {"verification": {"enabled": False}}}),
+        ("a second box does not wait", {"signals": {"verification": {"second_box_waits": False}}}),
         ("previous release", PREVIOUS_DEFAULTS),
         ("H.264 CRF 26", {"uplink": {"crf": 26}}),
         ("H.264 CRF 32", {"uplink": {"crf": 32}}),

@@ -334,6 +334,11 @@ def variants() -> list[Variant]:
         (2.0, "box fit at half gain", {"fusion": {"fit_gain": 0.5}}),
         (2.0, "trust at 75 %", {"fusion": {"min_agreement": 0.75}}),
         (2.0, "verification memory off", {"signals": {"verification": {"enabled": False}}}),
+        (
+            2.0,
+            "a second box does not wait",
+            {"signals": {"verification": {"second_box_waits": False}}},
+        ),
         (2.0, "previous defaults", PREVIOUS_DEFAULTS),
         # at 4 frames/s, where more answers let the cloud's errors in
         (4.0, "cloud vote weight 20", {"fusion": {"cloud_vote_weight": 20}}),
