@@ -584,19 +584,19 @@ class EdgeCrops(DetectionsCache):
         (`edge_agent.pipeline.mosaic`; a crop's boxes then depend on the others in its run, so
         they are kept under the whole run's key)."""
         keys = [_tile_key(tile) for tile in tiles]
+        size = max(1, per_side) ** 2
         if per_side > 1:
-            size = per_side * per_side
             runs = [keys[i : i + size] for i in range(0, len(keys), size)]
             keys = [f"m{per_side}:{'/'.join(run)}:{key}" for run in runs for key in run]
-        found: list[Detections] = []
+        found: dict[int, list[Detections]] = {}  # first crop of a run -> its crops' boxes
 
-        def run(i: int) -> Detections:  # every crop of the frame in one go, on the first miss
-            if not found:
-                planned = [("", image, tile) for tile in tiles]
-                found.extend(
-                    boxes for _, boxes in detect_crops(self.detector(), planned, per_side)[""]
-                )
-            return found[i]
+        def run(i: int) -> Detections:  # the detector run holding crop `i`, on its first miss
+            start = i - i % size
+            if start not in found:
+                planned = [("", image, tile) for tile in tiles[start : start + size]]
+                computed = detect_crops(self.detector(), planned, per_side)[""]
+                found[start] = [boxes for _, boxes in computed]
+            return found[start][i - start]
 
         return [
             (tile, self.get(f"{index}|{key}", functools.partial(run, i)))
