@@ -162,6 +162,16 @@ def decode_video(request: pb.FrameRequest, videos: VideoDecoder | None) -> BgrIm
         return FrameRejected(exc.code, exc.message, keyframe_required=exc.keyframe_required)
 
 
+def keep_reference(request: pb.FrameRequest, videos: VideoDecoder | None) -> bool:
+    """Decode the video packet of a frame that will not be answered (late, say), since later
+    packets of its session reference it; whether its session needs a keyframe now (the packet
+    did not decode, or nothing here decodes video). A frame without video needs none."""
+    if not request.HasField("video"):
+        return False
+    outcome = decode_video(request, videos)
+    return isinstance(outcome, FrameRejected) and outcome.keyframe_required
+
+
 def prepare_frames(
     requests: Sequence[pb.FrameRequest],
     decoder: Decoder,

@@ -14,7 +14,7 @@ import grpc
 from cloud_service.convert import detections_to_proto, status_to_proto
 from cloud_service.decoders import BgrImage, CpuDecoder, Decoder, JpegLimits
 from cloud_service.decoders.video import VideoDecoder
-from cloud_service.frames import FrameRejected, PreparedFrame, decode_video, prepare_frames
+from cloud_service.frames import FrameRejected, PreparedFrame, keep_reference, prepare_frames
 from cloud_service.models import ModelInfo, ModelTable, ScaleAwareDetector, ServedModel
 from detection.detections import Detections
 from detection.errors import InferenceUnavailableError
@@ -130,6 +130,12 @@ class DetectorFrameProcessor:
         """Decode, detect and build one `FrameResult` per request (same order)."""
         return self.finish(self.prepare(requests))
 
+    def skip(self, requests: Sequence[pb.FrameRequest]) -> list[bool]:
+        """Frames that will not be answered (they expired in the batcher's queue): decode their
+        video packets all the same, in order, so the next packets of their sessions still find
+        their reference. Per request, whether its session needs a keyframe now."""
+        return [keep_reference(request, self._videos) for request in requests]
+
     def prepare(self, requests: Sequence[pb.FrameRequest]) -> PreparedBatch:
         """Stage 1: reject late frames and decode the others (no detector call).
 
@@ -141,10 +147,10 @@ class DetectorFrameProcessor:
         live: list[int] = []
         for index, request in enumerate(requests):
             if request.HasField("deadline") and timestamp_to_seconds(request.deadline) <= now:
-                if request.HasField("video"):  # decoded all the same: later packets need it
-                    decode_video(request, self._videos)
                 code = grpc.StatusCode.DEADLINE_EXCEEDED
                 self._reject(batch.results[index], code, "deadline passed")
+                # a video packet is decoded all the same: later packets of its session need it
+                batch.results[index].keyframe_required = keep_reference(request, self._videos)
             else:
                 live.append(index)
         frames = prepare_frames([requests[i] for i in live], self._decoder, self._videos)

@@ -5,6 +5,13 @@ with the processor's result, or at once with RESOURCE_EXHAUSTED (queue full), DE
 (late at admission or while queued), UNAVAILABLE (draining) or INTERNAL (processor failure).
 Scheduling decisions live in the pure `BatchScheduler`; this module adds the lock, the thread, the
 clocks, the replies and the metrics.
+
+A video uplink packet that expires in the queue is still decoded (`KeepsReferences.skip`, before
+the batch that follows it) and answered DEADLINE_EXCEEDED without `keyframe_required`: the next
+packets of its session reference it, and one frame the server had no time for would otherwise
+cost every packet the edge sent before it heard, and a keyframe. A packet refused at admission
+(queue full, deadline already passed) is not decoded (packets of its stream may still be queued
+before it) and asks for a keyframe.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import grpc
 
@@ -54,6 +61,17 @@ class FrameProcessor(Protocol):
 
     def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
         """One `FrameResult` per request."""
+        ...
+
+
+@runtime_checkable
+class KeepsReferences(Protocol):
+    """A processor that decodes the video uplink: frames that expire in the queue go through
+    `skip` before their answer, so the session each belongs to is not broken by the one frame
+    the server had no time for (its next packets reference it)."""
+
+    def skip(self, requests: Sequence[pb.FrameRequest]) -> list[bool]:
+        """Decode what later frames need; per request, whether its session needs a keyframe."""
         ...
 
 
@@ -191,10 +209,11 @@ class DynamicBatcher:
     def _run(self) -> None:
         while True:
             work = self._next_work()
-            for queued in work.expired:
+            keyframes = self._skip([queued.item.request for queued in work.expired])
+            for queued, keyframe in zip(work.expired, keyframes, strict=True):
                 code = grpc.StatusCode.DEADLINE_EXCEEDED
                 message = "deadline passed in queue, or would pass before its batch finished"
-                self._drop(queued, "deadline_in_queue", code, message)
+                self._drop(queued, "deadline_in_queue", code, message, keyframe_required=keyframe)
             for queued in work.abandoned:
                 code = grpc.StatusCode.UNAVAILABLE
                 self._drop(queued, "drain_timeout", code, "server shut down before it")
@@ -246,6 +265,22 @@ class DynamicBatcher:
             self._metrics.queue_time.observe(queue_s)
             self._deliver(queued.item, result, admitted=True)
 
+    def _skip(self, requests: Sequence[pb.FrameRequest]) -> list[bool]:
+        """Frames expired in the queue, before the batch that follows them (a stream's frames
+        leave its queue in order, so their video packets decode in order): the processor's
+        `skip` where it has one; per request, whether its video session needs a keyframe."""
+        unkept = [request.HasField("video") for request in requests]
+        if not any(unkept) or not isinstance(self._processor, KeepsReferences):
+            return unkept
+        try:
+            keyframes = self._processor.skip(requests)
+            if len(keyframes) != len(requests):
+                raise RuntimeError(f"{len(keyframes)} answers for {len(requests)} frames")
+        except Exception:
+            logger.exception("frame processor failed to keep the references of expired frames")
+            return unkept
+        return [bool(k) and video for k, video in zip(keyframes, unkept, strict=True)]
+
     def _process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
         """Call the processor; its failure becomes one INTERNAL result per frame."""
         try:
@@ -265,11 +300,20 @@ class DynamicBatcher:
         return results
 
     def _drop(
-        self, queued: Queued[_Ticket], reason: str, code: grpc.StatusCode, message: str
+        self,
+        queued: Queued[_Ticket],
+        reason: str,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        keyframe_required: bool | None = None,
     ) -> None:
         """Answer a queued frame with an error, reporting how long it waited."""
         waited_ms = (self._clock() - queued.arrival_s) * 1000.0
-        self._reject(queued.item, reason, code, message, waited_ms=waited_ms)
+        self._reject(
+            queued.item, reason, code, message,
+            waited_ms=waited_ms, keyframe_required=keyframe_required,
+        )  # fmt: skip
 
     def _reject(
         self,
@@ -281,7 +325,11 @@ class DynamicBatcher:
         *,
         admitted: bool = True,
         waited_ms: float = 0.0,
+        keyframe_required: bool | None = None,
     ) -> None:
+        """Answer `ticket` with an error. A video packet answered here was never decoded, so its
+        session needs a keyframe, unless the caller says otherwise (`keyframe_required`: the
+        processor decoded it all the same)."""
         request = ticket.request
         logger.debug(
             "frame %s/%s/%s (request id %s) answered %s: %s",
@@ -295,8 +343,9 @@ class DynamicBatcher:
         )
         self._metrics.observe_rejection(reason)
         result = error_result(request, code, message)
-        # a video packet answered here was never decoded: its session needs a keyframe
-        result.keyframe_required = request.HasField("video")
+        if keyframe_required is None:
+            keyframe_required = request.HasField("video")
+        result.keyframe_required = keyframe_required
         result.queue_depth = self.depth if depth is None else depth
         result.timings.queue_time_ms = result.timings.total_time_ms = waited_ms
         self._deliver(ticket, result, admitted=admitted)

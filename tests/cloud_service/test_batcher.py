@@ -336,3 +336,42 @@ def test_stream_labels_are_bounded_and_odd_ids_never_become_labels() -> None:
     assert metrics.stream_labels("agent-1", "cam-1") == ("agent-1", "cam-1")  # still known
     assert metrics.stream_labels("", "cam-1") == ("invalid", "invalid")
     assert metrics.stream_labels("agent-1", 'cam"}\n') == ("invalid", "invalid")
+
+
+class SkippingProcessor(GatedProcessor):
+    """A processor that keeps video references: records what `skip` got, answers `verdict`."""
+
+    def __init__(self, verdict: bool | str) -> None:
+        super().__init__(open_gate=False)
+        self.verdict = verdict
+        self.skipped: list[list[str]] = []
+
+    def skip(self, requests: Sequence[pb.FrameRequest]) -> list[bool]:
+        self.skipped.append([r.request_id for r in requests])
+        if self.verdict == "raise":
+            raise RuntimeError("decoder fell over")
+        return [bool(self.verdict)] * len(requests)
+
+
+@pytest.mark.parametrize(("verdict", "keyframe"), [(False, False), (True, True), ("raise", True)])
+def test_frames_expired_in_the_queue_go_through_skip_first(
+    make_batcher: MakeBatcher, verdict: bool | str, keyframe: bool
+) -> None:
+    """Expired video packets are handed to `skip` (decoded there, so the session holds) and
+    answered with its verdict; a failing `skip` falls back to asking for a keyframe."""
+    processor = SkippingProcessor(verdict)
+    batcher = make_batcher(processor, max_batch_size=1)
+    replies = Replies()
+    batcher.submit(_request("cam", 0), replies)
+    assert processor.entered.wait(WAIT_S)
+    video = pb.VideoPacket(codec="h264", session="s", sequence=1, data=b"\0")
+    batcher.submit(_request("cam", 1, video=video), replies, time_remaining_s=0.05)
+    batcher.submit(_request("cam", 2), replies, time_remaining_s=0.05)  # JPEG: no keyframe
+    time.sleep(0.1)
+    processor.gate.set()
+    replies.wait(3)
+    late = {r.frame_id: r for r in replies.results if r.frame_id in (1, 2)}
+    assert all(r.status.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0] for r in late.values())
+    assert late[1].keyframe_required is keyframe
+    assert late[2].keyframe_required is False
+    assert processor.skipped == [["agent-1/cam/1", "agent-1/cam/2"]]

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Sequence
+
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 from prometheus_client import CollectorRegistry
 
+from cloud_service.batching import DynamicBatcher, FrameProcessor
+from cloud_service.config import BatchingConfig
 from cloud_service.decoders.video import VideoLimits, VideoRejected, VideoSessions
 from cloud_service.metrics import ServiceMetrics
 from cloud_service.processor import DetectorFrameProcessor
+from detection.detections import Detections
 from edge_agent.config.uplink import UplinkConfig
 from edge_agent.escalation.uplink import VideoUplinkEncoder
 from protos.analytics.v1 import analytics_pb2 as pb
@@ -219,3 +227,68 @@ def test_the_metric_outcomes_are_the_decoders_own_events() -> None:
     from cloud_service.metrics import VIDEO_OUTCOMES
 
     assert VIDEO_OUTCOMES == get_args(VideoEvent)
+
+
+class HeldDetector(FakeDetector):
+    """A slow engine: its first call waits for `release` (the queue fills behind it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def detect(self, images: Sequence[npt.NDArray[np.uint8]]) -> list[Detections]:
+        self.entered.set()
+        assert self.release.wait(10.0)
+        return super().detect(images)
+
+
+@pytest.mark.parametrize("skips", [True, False], ids=["decoded", "not decoded"])
+def test_a_packet_that_expires_in_the_queue_does_not_break_its_session(skips: bool) -> None:
+    """A slow batch: the packet queued behind it expires; the batcher still has it decoded, so
+    the packet after it is answered, not refused for a lost reference (which cost the busy demo
+    two more answers per expired one). Without `skip` the session breaks, as it used to."""
+    detector = HeldDetector()
+    decoding = DetectorFrameProcessor(detector, FAKE_MODEL, videos=VideoSessions())
+    processor: FrameProcessor = decoding if skips else _WithoutSkip(decoding)
+    batcher = DynamicBatcher(processor, BatchingConfig(max_batch_size=1, max_queue_delay_ms=0))
+    batcher.start()
+    results: dict[int, pb.FrameResult] = {}
+    done = threading.Condition()
+
+    def reply(result: pb.FrameResult) -> None:
+        with done:
+            results[result.frame_id] = result
+            done.notify_all()
+
+    try:
+        stream = packets(3)
+        batcher.submit(video_request(stream[0], 0), reply)
+        assert detector.entered.wait(10.0)
+        batcher.submit(video_request(stream[1], 1), reply, time_remaining_s=0.05)
+        batcher.submit(video_request(stream[2], 2), reply)
+        time.sleep(0.2)  # packet 1's deadline passes while packet 0 is detected
+        detector.release.set()
+        with done:
+            assert done.wait_for(lambda: len(results) == 3, 10.0)
+    finally:
+        batcher.stop(grace_s=1.0)
+    late, after = results[1], results[2]
+    assert late.status.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+    if skips:
+        assert not late.keyframe_required
+        assert after.status.code == 0 and len(after.detections) == 2
+    else:
+        assert late.keyframe_required
+        assert after.status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert after.keyframe_required
+
+
+class _WithoutSkip:
+    """A processor that cannot keep references (e.g. one written before `skip`)."""
+
+    def __init__(self, inner: DetectorFrameProcessor) -> None:
+        self._inner = inner
+
+    def process(self, requests: Sequence[pb.FrameRequest]) -> list[pb.FrameResult]:
+        return self._inner.process(requests)
