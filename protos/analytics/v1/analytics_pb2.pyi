@@ -255,8 +255,10 @@ class FrameResult(_message.Message):
     """
     keyframe_required: _builtins.bool
     """The frame's `video` packet could not be decoded because a packet it depends on never was
-    (lost, dropped in a queue, sent to another replica): the edge sends its next frame as a
-    keyframe (or as JPEG). Set only with a non-OK status.
+    (lost, refused at admission, sent to another replica), or it was not decoded itself: the
+    edge sends its next frame as a keyframe (or as JPEG). Set only with a non-OK status. A
+    packet that expired in the server's queue is decoded all the same and answered
+    DEADLINE_EXCEEDED without it: its session goes on.
     """
     @_builtins.property
     def status(self) -> Global___ResultStatus:
