@@ -1,8 +1,9 @@
 // A client the project did not write: Node's @grpc/grpc-js with the service loaded from
 // analytics.proto at run time (@grpc/proto-loader). It opens StreamFrames, reads the codecs the
 // server announces in its initial metadata, sends the H.264 access units named on stdin (a JSON
-// list of {frame_id, keyframe, sequence, session, data (base64)}) as FrameRequest.video, and
-// prints one JSON document: the announced codecs and every result.
+// list of {frame_id, keyframe, sequence, session, data (base64)}, each with an optional
+// after_ms to wait before writing it and deadline_ms from when it is written) as
+// FrameRequest.video, and prints one JSON document: the announced codecs and every result.
 //
 //   node uplink_client.mjs <node_modules dir> <proto file> <proto include dir> <host:port> < units.json
 
@@ -48,8 +49,16 @@ call.on("end", () => {
   console.log(JSON.stringify({ codecs, results }));
   client.close();
 });
+function deadline(unit) {
+  if (unit.deadline_ms === undefined) return undefined;
+  const at = Date.now() + unit.deadline_ms;
+  return { seconds: Math.floor(at / 1000), nanos: (at % 1000) * 1e6 };
+}
+
 for (const unit of units) {
+  if (unit.after_ms) await new Promise((resolve) => setTimeout(resolve, unit.after_ms));
   call.write({
+    deadline: deadline(unit),
     agent_id: "node-agent",
     camera_id: "node-cam",
     frame_id: unit.frame_id,
