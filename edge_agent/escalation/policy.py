@@ -23,7 +23,14 @@ from edge_agent.config.escalation import (
     RegionEscalationConfig,
 )
 from edge_agent.escalation.budget import EscalationBudget
-from edge_agent.escalation.roi import Box, box_area, box_of, regions_for
+from edge_agent.escalation.roi import (
+    Box,
+    box_area,
+    box_of,
+    max_iou_with_another,
+    pairwise_iou,
+    regions_for,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +197,7 @@ class FrameSignals:
                 settings.signals.verification.box_iou,
                 verified_regions,
             )
-        best_iou = _max_iou_per_box(xyxy)
+        best_iou = max_iou_with_another(xyxy)
         crowded = (best_iou >= settings.signals.crowding_iou) & unsettled
         new = [t for t in tracks if t.age <= 1 and t.track_id not in waiting]
         tentative = [
@@ -246,10 +253,10 @@ def _born_on_settled(
     seen = [t for t in tracks if t.track_id in settled and t.time_since_update == 0 and t.age > 1]
     if not seen:
         return frozenset()
-    best = _best_iou(
+    best = pairwise_iou(
         np.asarray([box_of(t.to_xyxy()) for t in born], dtype=np.float64),
         np.asarray([box_of(t.to_xyxy()) for t in seen], dtype=np.float64),
-    )
+    ).max(axis=1)
     return frozenset(t.track_id for t, v in zip(born, best, strict=True) if v >= min_iou)
 
 
@@ -266,25 +273,12 @@ def _unsettled(
     untracked = tracker_id < 0
     if settled_boxes and untracked.any():
         others = np.asarray(settled_boxes, dtype=np.float64).reshape(-1, 4)
-        done[untracked] = _best_iou(xyxy[untracked], others) >= box_iou
+        done[untracked] = pairwise_iou(xyxy[untracked], others).max(axis=1) >= box_iou
     if verified_regions and untracked.any():
         cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2.0, (xyxy[:, 1] + xyxy[:, 3]) / 2.0
         for x1, y1, x2, y2 in verified_regions:
             done |= untracked & (cx >= x1) & (cx <= x2) & (cy >= y1) & (cy <= y2)
     return ~done
-
-
-def _best_iou(
-    boxes: npt.NDArray[np.float64], others: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    """For each of `boxes`, its highest IoU with any of `others`."""
-    ax1, ay1, ax2, ay2 = boxes.T
-    bx1, by1, bx2, by2 = others.T
-    w = np.maximum(np.minimum.outer(ax2, bx2) - np.maximum.outer(ax1, bx1), 0.0)
-    h = np.maximum(np.minimum.outer(ay2, by2) - np.maximum.outer(ay1, by1), 0.0)
-    inter = w * h
-    union = np.add.outer((ax2 - ax1) * (ay2 - ay1), (bx2 - bx1) * (by2 - by1)) - inter
-    return np.asarray((inter / np.maximum(union, 1e-12)).max(axis=1), dtype=np.float64)
 
 
 def _boxes(xyxy: npt.NDArray[np.float64]) -> tuple[Box, ...]:
@@ -294,23 +288,6 @@ def _boxes(xyxy: npt.NDArray[np.float64]) -> tuple[Box, ...]:
 def _centre_inside(box: Box, width: int, height: int) -> bool:
     cx, cy = (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0
     return 0.0 <= cx <= width and 0.0 <= cy <= height
-
-
-def _max_iou_per_box(xyxy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """For each box, its highest IoU with any other box (0 for a single box)."""
-    n = len(xyxy)
-    if n < 2:
-        return np.zeros(n, dtype=np.float64)
-    x1, y1, x2, y2 = xyxy.T
-    # np.maximum / np.minimum rather than np.clip: this runs on every frame in the loop.
-    w = np.maximum(np.minimum.outer(x2, x2) - np.maximum.outer(x1, x1), 0.0)
-    h = np.maximum(np.minimum.outer(y2, y2) - np.maximum.outer(y1, y1), 0.0)
-    inter = w * h
-    areas = (x2 - x1) * (y2 - y1)
-    union = np.add.outer(areas, areas) - inter
-    ious = inter / np.maximum(union, 1e-12)  # degenerate boxes: no overlap, IoU 0
-    np.fill_diagonal(ious, 0.0)
-    return np.asarray(ious.max(axis=1), dtype=np.float64)
 
 
 @dataclass(frozen=True)

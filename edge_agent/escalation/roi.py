@@ -30,6 +30,36 @@ def iou(a: Box, b: Box) -> float:
     return inter / union if union > 0.0 else 0.0
 
 
+def pairwise_iou(
+    boxes: npt.NDArray[np.float64], others: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """`(n, m)` IoU of xyxy rows, in float64 (the policy compares it with its thresholds on
+    every frame; `detection.slicing.box_overlap` works in float32); 0 where a box is empty.
+    `np.maximum` / `np.minimum` rather than `np.clip`: this runs on every frame in the loop."""
+    ax1, ay1, ax2, ay2 = boxes.T
+    bx1, by1, bx2, by2 = others.T
+    w = np.maximum(np.minimum.outer(ax2, bx2) - np.maximum.outer(ax1, bx1), 0.0)
+    h = np.maximum(np.minimum.outer(ay2, by2) - np.maximum.outer(ay1, by1), 0.0)
+    inter = w * h
+    union = np.add.outer(box_areas(boxes), box_areas(others)) - inter
+    return np.asarray(inter / np.maximum(union, 1e-12), dtype=np.float64)
+
+
+def box_areas(boxes: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Area of each xyxy row (0 for an empty box)."""
+    x1, y1, x2, y2 = boxes.T
+    return np.asarray(np.maximum(x2 - x1, 0.0) * np.maximum(y2 - y1, 0.0), dtype=np.float64)
+
+
+def max_iou_with_another(boxes: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """For each xyxy row, its highest IoU with any other row (0 for a single box)."""
+    if len(boxes) < 2:
+        return np.zeros(len(boxes), dtype=np.float64)
+    ious = pairwise_iou(boxes, boxes)
+    np.fill_diagonal(ious, 0.0)
+    return np.asarray(ious.max(axis=1), dtype=np.float64)
+
+
 def pad_box(box: Box, padding_fraction: float, min_size_px: float, width: int, height: int) -> Box:
     """`box` grown by `padding_fraction` of its size on each side, at least `min_size_px` a side
     (as far as the frame allows), clipped to the `width` x `height` frame."""

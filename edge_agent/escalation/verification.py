@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from edge_agent.config.escalation import VerificationMemoryConfig
-from edge_agent.escalation.roi import box_of, iou
+from edge_agent.escalation.roi import box_areas, box_of, iou, max_iou_with_another
 
 Box = tuple[float, float, float, float]
 PENDING_KEPT = 256  # escalated frames awaiting an answer (as the pipeline's ESCALATED_KEPT)
@@ -270,18 +270,7 @@ def _areas_overlaps(
     tracks: Sequence[VerifiableTrack],
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per track: its box area and its highest IoU with another track's box."""
-    n = len(tracks)
-    if n == 0:
+    if not tracks:
         return np.zeros(0), np.zeros(0)
     xyxy = np.stack([np.asarray(t.to_xyxy(), dtype=np.float64).reshape(4) for t in tracks])
-    x1, y1, x2, y2 = xyxy.T
-    areas = np.maximum(x2 - x1, 0.0) * np.maximum(y2 - y1, 0.0)
-    if n < 2:
-        return areas, np.zeros(1)
-    w = np.maximum(np.minimum.outer(x2, x2) - np.maximum.outer(x1, x1), 0.0)
-    h = np.maximum(np.minimum.outer(y2, y2) - np.maximum.outer(y1, y1), 0.0)
-    inter = w * h
-    union = np.add.outer(areas, areas) - inter
-    ious = inter / np.maximum(union, 1e-12)
-    np.fill_diagonal(ious, 0.0)
-    return areas, np.asarray(ious.max(axis=1), dtype=np.float64)
+    return box_areas(xyxy), max_iou_with_another(xyxy)
