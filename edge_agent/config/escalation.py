@@ -692,6 +692,18 @@ class EscalationConfig(StrictModel):
     max_in_flight: int = Field(
         default=8, ge=1, le=1_024, description="Frames sent and not yet answered, per agent."
     )
+    initial_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=1_024,
+        description=(
+            "Frames in flight allowed on a new stream to the cloud (slow start): one more for "
+            "each answer that comes back uncongested, up to max_in_flight, and halved (not "
+            "below 1) whenever the cloud is congested (escalation.backoff). An agent's first "
+            "burst, or a fleet that restarts at once, then queues this many frames per agent "
+            "at the cloud, not the whole burst budget."
+        ),
+    )
     refresh_interval_s: float = Field(
         default=1.0,
         ge=0.0,
@@ -744,6 +756,12 @@ class EscalationConfig(StrictModel):
                 ("uncertain_confidence_low",),
                 f"uncertain_confidence_low ({self.uncertain_confidence_low}) must be below "
                 f"uncertain_confidence_high ({self.uncertain_confidence_high})",
+            )
+        if self.initial_in_flight > self.max_in_flight:
+            raise config_error_at(
+                ("initial_in_flight",),
+                f"initial_in_flight ({self.initial_in_flight}) exceeds max_in_flight "
+                f"({self.max_in_flight})",
             )
         for unit in ("frames_per_s", "bytes_per_s"):
             camera, agent = getattr(self, f"per_camera_{unit}"), getattr(self, f"per_agent_{unit}")

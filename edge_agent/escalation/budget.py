@@ -1,4 +1,5 @@
-"""Escalation budget: token buckets per camera and per agent, scaled by an AIMD back-off.
+"""Escalation budget: token buckets per camera and per agent, scaled by an AIMD back-off, and
+a window on the frames in flight that starts small on each stream (slow start).
 
 Pure: every method takes the current time (`now`, seconds on a monotonic clock) from the caller.
 """
@@ -97,6 +98,45 @@ class AimdBackoff:
         self._multiplier = min(1.0, self._multiplier + elapsed * self._config.recover_per_s)
 
 
+class SendWindow:
+    """Frames in flight allowed for the agent: TCP's slow start and multiplicative decrease.
+
+    Starts at `initial`, grows by one for each answer that came back uncongested, up to
+    `maximum`; halves (not below 1) when the rate backs off; back to `initial` on a new stream
+    (another replica may be behind it). The frame budget bounds frames per second; this bounds
+    what one agent has queued at the cloud at once, before the first answers tell how fast the
+    cloud is.
+    """
+
+    def __init__(self, initial: int, maximum: int) -> None:
+        if not 1 <= initial <= maximum:
+            raise ValueError(f"need 1 <= initial ({initial}) <= maximum ({maximum})")
+        self._initial = initial
+        self._maximum = maximum
+        self._size = initial
+
+    @property
+    def size(self) -> int:
+        """Frames that may be in flight now."""
+        return self._size
+
+    def allows(self, in_flight: int) -> bool:
+        """Whether one more frame may go with `in_flight` frames unanswered."""
+        return in_flight < self._size
+
+    def grow(self) -> None:
+        """An answer came back uncongested."""
+        self._size = min(self._maximum, self._size + 1)
+
+    def cut(self) -> None:
+        """The cloud is congested."""
+        self._size = max(1, self._size // 2)
+
+    def restart(self) -> None:
+        """A new stream: slow start again."""
+        self._size = self._initial
+
+
 @dataclass(frozen=True)
 class BudgetStats:
     """Counters of an `EscalationBudget`, for metrics and status."""
@@ -106,6 +146,8 @@ class BudgetStats:
     refused_agent: int
     backoffs: int
     rate_multiplier: float
+    refused_window: int = 0
+    window: int = 0  # frames in flight allowed now (0: no window)
 
 
 @dataclass(frozen=True)
@@ -126,7 +168,8 @@ class EscalationBudget:
     """Frames/s and bytes/s token buckets per camera and for the whole agent.
 
     `try_acquire` takes from all four buckets only when all of them allow. Refill rates are
-    scaled by the AIMD multiplier that `observe` drives from the cloud's answers.
+    scaled by the AIMD multiplier that `observe` drives from the cloud's answers. With a
+    `window`, `refuses_frame` also refuses while the frames in flight fill it.
     """
 
     def __init__(
@@ -136,8 +179,11 @@ class EscalationBudget:
         agent_rates: Rates,
         burst_s: float,
         now: float,
+        window: SendWindow | None = None,
     ) -> None:
         self._backoff = AimdBackoff(backoff, now)
+        self._window = window
+        self._refused_window = 0
         self._camera_rates = camera_rates
         self._burst_s = burst_s
         self._agent = self._buckets(agent_rates, now)
@@ -155,6 +201,7 @@ class EscalationBudget:
             Rates(config.per_agent_frames_per_s, config.per_agent_bytes_per_s),
             config.burst_s,
             now,
+            SendWindow(config.initial_in_flight, config.max_in_flight),
         )
 
     def _buckets(self, rates: Rates, now: float) -> _CameraBuckets:
@@ -200,9 +247,13 @@ class EscalationBudget:
         self._agent.bytes.refill(now, scale)
         return own.bytes.allows(n_bytes) and self._agent.bytes.allows(n_bytes)
 
-    def refuses_frame(self, camera: str, now: float) -> bool:
-        """Whether a frame of `camera` is refused now for want of frame tokens, before its size
+    def refuses_frame(self, camera: str, now: float, in_flight: int = 0) -> bool:
+        """Whether a frame of `camera` is refused now for want of frame tokens, or because
+        `in_flight` frames (sent or being encoded, unanswered) fill the window, before its size
         is known (counted as a refusal when so): spares working out what would be sent."""
+        if self._window is not None and not self._window.allows(in_flight):
+            self._refused_window += 1
+            return True
         scale = self._backoff.multiplier(now)
         own = self._camera(camera, now)
         own.frames.refill(now, scale)
@@ -229,10 +280,15 @@ class EscalationBudget:
         rtt_s: float | None = None,
         queue_time_ms: float | None = None,
         overloaded: bool = False,
+        answered: bool = False,
     ) -> None:
-        """Feed back one cloud answer: its round trip, the cloud's queue time, and whether it
-        was refused for load (RESOURCE_EXHAUSTED / UNAVAILABLE). Congestion cuts the rate."""
+        """Feed back one cloud answer: its round trip, the cloud's queue time, whether it
+        was refused for load (RESOURCE_EXHAUSTED / UNAVAILABLE) and whether it `answered` with
+        detections. Congestion cuts the rate and the window; an uncongested answer grows the
+        window."""
         if not self._backoff.is_congestion(rtt_s, queue_time_ms, overloaded):
+            if answered and self._window is not None:
+                self._window.grow()
             return
         # Earn the tokens due at the old rate before the rate changes.
         scale = self._backoff.multiplier(now)
@@ -244,6 +300,8 @@ class EscalationBudget:
             multiplier = self._backoff.multiplier(now)
             for bucket in buckets:
                 bucket.clamp(multiplier)
+            if self._window is not None:
+                self._window.cut()
             logger.info(
                 "escalation backs off to %.2f of its budget (rtt %s s, queue %s ms, overloaded %s)",
                 multiplier,
@@ -264,4 +322,11 @@ class EscalationBudget:
             refused_agent=self._refused_agent,
             backoffs=self._backoff.decreases,
             rate_multiplier=self._backoff.multiplier(now),
+            refused_window=self._refused_window,
+            window=0 if self._window is None else self._window.size,
         )
+
+    def restart_window(self) -> None:
+        """A new stream to the cloud: the window starts small again."""
+        if self._window is not None:
+            self._window.restart()

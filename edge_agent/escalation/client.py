@@ -370,6 +370,12 @@ class EscalationClient:
         with self._lock:
             return self._uplink_codecs
 
+    @property
+    def in_flight(self) -> int:
+        """Frames submitted and not yet answered or failed (queued to send included)."""
+        with self._lock:
+            return len(self._pending)
+
     def has_room(self) -> bool:
         """Whether `submit` would take a frame now (connected, window and queue not full): a
         frame is encoded only when it can go."""

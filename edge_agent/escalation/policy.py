@@ -367,10 +367,16 @@ class EscalationPolicy:
         rtt_s: float | None = None,
         queue_time_ms: float | None = None,
         overloaded: bool = False,
+        answered: bool = False,
     ) -> None:
-        """One answer (or failure) came back now: feeds the budget's back-off."""
+        """One answer (or failure) came back now: feeds the budget's back-off and window
+        (`answered`: with detections)."""
         self.budget.observe(
-            self._clock(), rtt_s=rtt_s, queue_time_ms=queue_time_ms, overloaded=overloaded
+            self._clock(),
+            rtt_s=rtt_s,
+            queue_time_ms=queue_time_ms,
+            overloaded=overloaded,
+            answered=answered,
         )
 
     def score(self, signals: FrameSignals) -> tuple[float, tuple[str, ...]]:
@@ -406,11 +412,13 @@ class EscalationPolicy:
         camera: str,
         now: float | None = None,
         estimated_bytes: int | None = None,
+        in_flight: int = 0,
     ) -> EscalationDecision:
         """Decide on one frame of `camera` at `now` (default: the clock's now); a send is
         charged to the budget.
 
-        `estimated_bytes` overrides the policy's own estimate of the encoded size.
+        `estimated_bytes` overrides the policy's own estimate of the encoded size; `in_flight`
+        is how many of the agent's frames are unanswered (the budget's window).
         """
         now = self._clock() if now is None else now
         state = self._cameras.setdefault(camera, _CameraState(last_sent=now))
@@ -422,7 +430,7 @@ class EscalationPolicy:
             hard = True
         if not hard:
             return EscalationDecision(send=False, score=score, reasons=())
-        if self.budget.refuses_frame(camera, now):  # most hard frames: skip the crop planning
+        if self.budget.refuses_frame(camera, now, in_flight):  # skip the crop planning
             logger.debug("camera %s: hard frame (%s) refused by the budget", camera, reasons)
             return EscalationDecision(
                 send=False, score=score, reasons=reasons, refused_by_budget=True

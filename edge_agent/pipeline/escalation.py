@@ -100,6 +100,7 @@ class EscalationStage:
         self._lock = threading.Lock()  # policy, budget and counters: loop and encoder share them
         self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.max_in_flight)
         self._encoder: threading.Thread | None = None
+        self._stream = 0  # the client's stream the window was last started on
 
     def start(self) -> None:
         """Start the client (connects in the background) and the encoder thread."""
@@ -139,7 +140,15 @@ class EscalationStage:
             if not self.client.connected:
                 self.counters.offline += 1
                 return None
-            decision = self.policy.decide(signals, camera)
+            stream = self.client.stream_id
+            if stream != self._stream:  # a new stream, maybe another replica: slow start
+                self._stream = stream
+                self.policy.budget.restart_window()
+            # frames waiting for the encoder are in flight too: the window is on what the
+            # agent has asked the cloud and not heard back on
+            decision = self.policy.decide(
+                signals, camera, in_flight=self.client.in_flight + self._jobs.qsize()
+            )
             if decision.reasons:
                 self.counters.hard += 1
                 self.counters.hard_reasons.update(decision.reasons)
@@ -174,6 +183,7 @@ class EscalationStage:
                     rtt_s=result.rtt_s,
                     queue_time_ms=result.queue_time_ms,
                     overloaded=result.overloaded,
+                    answered=result.ok,
                 )
                 if result.ok:
                     self.counters.answered += 1

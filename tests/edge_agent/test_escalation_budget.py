@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edge_agent.config.escalation import EscalationBackoffConfig, EscalationConfig
-from edge_agent.escalation.budget import AimdBackoff, EscalationBudget, TokenBucket
+from edge_agent.escalation.budget import AimdBackoff, EscalationBudget, SendWindow, TokenBucket
 
 
 def _config(**fields: object) -> EscalationConfig:
@@ -187,3 +187,55 @@ def test_a_frame_is_refused_early_only_for_want_of_frame_tokens() -> None:
     stats = budget.stats(0.0)
     assert (stats.granted, stats.refused_camera, stats.refused_agent) == (3, 1, 1)
     assert not budget.refuses_frame("a", 0.5)  # refilled
+
+
+def test_the_window_starts_small_grows_per_answer_and_halves_on_congestion() -> None:
+    window = SendWindow(initial=2, maximum=5)
+    assert window.allows(1) and not window.allows(2)
+    for size in (3, 4, 5, 5):
+        window.grow()
+        assert window.size == size
+    window.cut()
+    assert window.size == 2
+    window.cut()
+    window.cut()
+    assert window.size == 1  # never shut
+    window.restart()
+    assert window.size == 2
+    with pytest.raises(ValueError, match="initial"):
+        SendWindow(initial=3, maximum=2)
+
+
+def test_the_budget_refuses_while_the_window_is_full_and_slow_starts() -> None:
+    """Slow start: a new stream takes `initial_in_flight` frames at once, one more per answer
+    that came back uncongested; a congested answer halves it with the rate; a new stream
+    starts it small again. Frame tokens are untouched by a window refusal."""
+    config = _config(
+        per_camera_frames_per_s=10.0,
+        per_agent_frames_per_s=10.0,
+        initial_in_flight=2,
+        max_in_flight=4,
+        backoff=_backoff_config(hold_ms=0).model_dump(),
+    )
+    budget = EscalationBudget.from_config(config, now=0.0)
+    assert not budget.refuses_frame("a", 0.0, in_flight=1)
+    assert budget.refuses_frame("a", 0.0, in_flight=2)
+    for _ in range(3):
+        budget.observe(0.1, rtt_s=0.05, queue_time_ms=5.0, answered=True)
+    assert budget.stats(0.1).window == 4
+    assert not budget.refuses_frame("a", 0.1, in_flight=3)
+    budget.observe(0.2, rtt_s=0.05, queue_time_ms=5.0)  # a failure: the window stays
+    budget.observe(0.2, queue_time_ms=900.0, answered=True)  # congested: rate and window cut
+    assert budget.stats(0.2).window == 2
+    assert budget.refuses_frame("a", 0.2, in_flight=2)
+    budget.observe(0.3, rtt_s=0.05, queue_time_ms=5.0, answered=True)
+    assert budget.stats(0.3).window == 3
+    budget.restart_window()
+    assert budget.stats(0.3).window == 2
+    stats = budget.stats(0.2)
+    assert stats.refused_window == 2 and stats.refused_camera == 0
+
+
+def test_initial_in_flight_above_max_in_flight_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match=r"initial_in_flight \(9\) exceeds max_in_flight \(8\)"):
+        _config(initial_in_flight=9)
