@@ -7,7 +7,8 @@ Everything is a real process on loopback: N `cloud-service serve` replicas, the 
 config (`deploy/envoy/envoy.yaml`, pointed at the replicas by `testbed.envoy`) in front, and 8 edge
 agents' escalation paths in this process: each agent is the real `EscalationClient` (one gRPC
 stream, rotation on GOAWAY, resend on a broken stream) behind the real `EscalationBudget` (token
-buckets + AIMD on round trip, queue time and overload answers), offering frames of 8 cameras.
+buckets + AIMD on round trip, queue time and overload answers, and the window on frames in
+flight that slow-starts on each stream), offering frames of 8 cameras.
 
 Two engines:
 - `fast`: a trivial ONNX detector (64x64 input, one constant box), so what is measured is the
@@ -204,8 +205,11 @@ class Ledger:
 class Agent:
     """One edge agent's escalation path: budget (AIMD) + client, for `CAMERAS_PER_AGENT` cameras."""
 
-    def __init__(self, index: int, target: str, ledger: Ledger, camera_fps: float) -> None:
+    def __init__(
+        self, index: int, target: str, ledger: Ledger, camera_fps: float, window: bool = True
+    ) -> None:
         self.name = f"agent-{index:02d}"
+        self.window = window  # False: the agent before its window on frames in flight
         self.cameras = [f"cam-{index:02d}-{c}" for c in range(CAMERAS_PER_AGENT)]
         self.camera_fps = camera_fps
         self.config = EscalationConfig(
@@ -223,6 +227,7 @@ class Agent:
         self.budget = EscalationBudget.from_config(self.config, time.monotonic())
         self.multipliers: list[tuple[float, float]] = []
         self._budget_lock = threading.Lock()
+        self._stream = 0
         self.client = EscalationClient(self.config, self.name, on_result=self._on_result)
 
     def _on_result(self, result: EscalationResult) -> None:
@@ -233,6 +238,7 @@ class Agent:
                 rtt_s=result.rtt_s,
                 queue_time_ms=result.queue_time_ms,
                 overloaded=result.overloaded or result.result is None,
+                answered=result.ok,
             )
 
     def run(self, jpeg: bytes, stop: threading.Event) -> None:
@@ -248,7 +254,14 @@ class Agent:
                 frame += 1
                 now = time.monotonic()
                 with self._budget_lock:
-                    granted = self.budget.try_acquire(camera, len(jpeg), now)
+                    stream = self.client.stream_id
+                    if stream != self._stream:  # as the agent's stage: slow start per stream
+                        self._stream = stream
+                        self.budget.restart_window()
+                    in_flight = self.client.in_flight if self.window else 0
+                    granted = not self.budget.refuses_frame(
+                        camera, now, in_flight
+                    ) and self.budget.try_acquire(camera, len(jpeg), now)
                     if len(self.multipliers) == 0 or now - self.multipliers[-1][0] > 0.5:
                         self.multipliers.append((now, self.budget.rate_multiplier(now)))
                 if not granted:
@@ -385,8 +398,10 @@ def run_scenario(
     age_s: float = 300.0,
     faults: bool = False,
     agents_n: int = AGENTS,
+    window: bool = True,
 ) -> RunResult:
-    """Run one scenario end to end and measure it.
+    """Run one scenario end to end and measure it (`window` False: agents without their window
+    on frames in flight, as before it).
 
     `faults`: one spare port in Envoy's cluster; replica r0 is killed (SIGKILL) at 25 % of the
     run and a new replica starts on the spare port at 40 %. The share is then judged from one
@@ -396,7 +411,7 @@ def run_scenario(
     jpeg = _frame_jpeg(engine)
     with _cluster(engine, replicas, work, age_s, spare=1 if faults else 0) as cluster:
         target, running, spare = cluster.target, cluster.replicas, cluster.spare_ports
-        agents = [Agent(i, target, ledger, camera_fps) for i in range(agents_n)]
+        agents = [Agent(i, target, ledger, camera_fps, window) for i in range(agents_n)]
         for agent in agents:
             agent.client.start()
         for agent in agents:
@@ -608,6 +623,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"capacity x{factor:g}", "fast", args.work, seconds=seconds, camera_fps=fps
             )
         )
+    # the same past capacity with agents that have no window on frames in flight (before it)
+    fps = CAMERA_FPS * (3.0 if args.quick else 4.0)
+    results.append(
+        run_scenario(
+            f"capacity x{fps / CAMERA_FPS:g}, no window",
+            "fast",
+            args.work,
+            seconds=seconds,
+            camera_fps=fps,
+            window=False,
+        )
+    )
     results.append(
         run_scenario(
             "faults", "fast", args.work, seconds=2 * seconds, age_s=seconds / 4, faults=True
@@ -615,6 +642,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     nominal_model = run_scenario("nominal", "model", args.work, seconds=seconds)
     results.append(nominal_model)
+    results.append(
+        run_scenario("nominal, no window", "model", args.work, seconds=seconds, window=False)
+    )
     # 2x overload: offer twice what the replicas answered at full rate
     capacity = max(1.0, nominal_model.answered_fps)
     over_fps = 2 * capacity / (AGENTS * CAMERAS_PER_AGENT)
