@@ -227,7 +227,6 @@ class Agent:
         self.budget = EscalationBudget.from_config(self.config, time.monotonic())
         self.multipliers: list[tuple[float, float]] = []
         self._budget_lock = threading.Lock()
-        self._stream = 0
         self.client = EscalationClient(self.config, self.name, on_result=self._on_result)
 
     def _on_result(self, result: EscalationResult) -> None:
@@ -254,10 +253,7 @@ class Agent:
                 frame += 1
                 now = time.monotonic()
                 with self._budget_lock:
-                    stream = self.client.stream_id
-                    if stream != self._stream:  # as the agent's stage: slow start per stream
-                        self._stream = stream
-                        self.budget.restart_window()
+                    self.budget.follow_stream(self.client.stream_id)  # as the agent's stage
                     in_flight = self.client.in_flight if self.window else 0
                     granted = not self.budget.refuses_frame(
                         camera, now, in_flight

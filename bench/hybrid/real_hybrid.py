@@ -369,8 +369,8 @@ def variants() -> list[Variant]:
     return out
 
 
-CLOUD_LOW = "cloud only, boxes from 0.1"
-HYBRID_LOW = "hybrid 2 f/s, cloud boxes from 0.1"
+CLOUD_LOW = f"cloud only, boxes from {LOW_THRESHOLD:g}"
+HYBRID_LOW = f"hybrid 2 f/s, cloud boxes from {LOW_THRESHOLD:g}"
 
 
 def selected_variants(only: str | None) -> list[Variant]:

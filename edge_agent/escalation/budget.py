@@ -183,6 +183,7 @@ class EscalationBudget:
     ) -> None:
         self._backoff = AimdBackoff(backoff, now)
         self._window = window
+        self._stream = 0  # the client's stream the window was last started on
         self._refused_window = 0
         self._camera_rates = camera_rates
         self._burst_s = burst_s
@@ -326,7 +327,10 @@ class EscalationBudget:
             window=0 if self._window is None else self._window.size,
         )
 
-    def restart_window(self) -> None:
-        """A new stream to the cloud: the window starts small again."""
-        if self._window is not None:
-            self._window.restart()
+    def follow_stream(self, stream_id: int) -> None:
+        """The client's current stream (`EscalationClient.stream_id`): a new one, maybe to
+        another replica, starts the window small again."""
+        if stream_id != self._stream:
+            self._stream = stream_id
+            if self._window is not None:
+                self._window.restart()

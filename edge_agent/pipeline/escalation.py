@@ -100,7 +100,6 @@ class EscalationStage:
         self._lock = threading.Lock()  # policy, budget and counters: loop and encoder share them
         self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=config.max_in_flight)
         self._encoder: threading.Thread | None = None
-        self._stream = 0  # the client's stream the window was last started on
 
     def start(self) -> None:
         """Start the client (connects in the background) and the encoder thread."""
@@ -140,10 +139,7 @@ class EscalationStage:
             if not self.client.connected:
                 self.counters.offline += 1
                 return None
-            stream = self.client.stream_id
-            if stream != self._stream:  # a new stream, maybe another replica: slow start
-                self._stream = stream
-                self.policy.budget.restart_window()
+            self.policy.budget.follow_stream(self.client.stream_id)  # slow start on a new one
             # frames waiting for the encoder are in flight too: the window is on what the
             # agent has asked the cloud and not heard back on
             decision = self.policy.decide(

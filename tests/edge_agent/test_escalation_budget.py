@@ -230,8 +230,11 @@ def test_the_budget_refuses_while_the_window_is_full_and_slow_starts() -> None:
     assert budget.refuses_frame("a", 0.2, in_flight=2)
     budget.observe(0.3, rtt_s=0.05, queue_time_ms=5.0, answered=True)
     assert budget.stats(0.3).window == 3
-    budget.restart_window()
+    budget.follow_stream(1)  # a new stream
     assert budget.stats(0.3).window == 2
+    budget.observe(0.4, rtt_s=0.05, queue_time_ms=5.0, answered=True)
+    budget.follow_stream(1)  # the same stream: the window stays
+    assert budget.stats(0.4).window == 3
     stats = budget.stats(0.2)
     assert stats.refused_window == 2 and stats.refused_camera == 0
 
